@@ -2,6 +2,7 @@
 //
 //   [mpirun -np N] transformer_hpc CONFIG.ini [--section.key=value ...]
 //                  [--dry-run | --eval CHECKPOINT] [--help] [--version]
+//   transformer_hpc --show-checkpoint CHECKPOINT
 //
 // Exit codes (docs/running.md "Exit codes"): 0 trained to the end, or stopped by SIGTERM/SIGUSR1
 // (with a checkpoint, or before training when the signal came during start-up);
@@ -13,9 +14,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <iomanip>
 #include <iostream>
 #include <memory>
 #include <set>
@@ -39,6 +42,7 @@
 #include "io/hdf5.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/openblas_core.h"
+#include "model/checkpoint_params.h"
 #include "model/params.h"
 #include "model/transformer.h"
 #include "train/checkpoint_keeping.h"
@@ -65,7 +69,17 @@ struct DryRunStart {
   // The sha256 of the parameters this rank read (of the checkpoint resumed, else of
   // checkpoint.init's; "" for neither), which every rank's must equal, as in training.
   std::string params_digest;
+  // The keys the resume's notes named as without effect (log_resume_notes), which the
+  // dry run's note of settings without effect then leaves out, as training's does.
+  std::vector<std::string> idle_keys_said;
 };
+
+// Whether training would run on a GPU: the backend named, or one visible to auto (a login
+// node's auto may run on the job's GPUs: said apart).
+bool on_a_gpu(const thpc::Config& config) {
+  return config.train.backend == "cuda" ||
+         (config.train.backend == "auto" && thpc::cuda_unavailable_reason().empty());
+}
 
 // The sha256 of a checkpoint's parameters as read, tensor after tensor.
 std::string parameters_digest(const thpc::Checkpoint& checkpoint) {
@@ -122,14 +136,14 @@ DryRunStart check_the_start(const thpc::Config& config, const std::string& chose
     start.params_digest = parameters_digest(checkpoint);
   }
   start.last_step = config.train.max_steps;
+  std::string position_note;
+  const int64_t budget =
+      thpc::micro_batch_budget(config.train.tokens_per_step, config.train.accumulate, ranks);
+  if (!chosen.empty() && source) {
+    source->seek(thpc::position_at_this_budget(checkpoint, chosen, *source, budget, ranks,
+                                               config.train, position_note));
+  }
   if (config.train.max_epochs > 0 && source) {
-    const int64_t budget = thpc::micro_batch_budget(config.train.tokens_per_step,
-                                                    config.train.accumulate, ranks);
-    if (!chosen.empty()) {
-      std::string position_note;
-      source->seek(thpc::position_at_this_budget(checkpoint, chosen, *source, budget, ranks,
-                                                 config.train, position_note));
-    }
     start.last_step = std::min(
         start.last_step,
         thpc::end_of_epochs_from(*source, budget, ranks, config.train, start.step).last_step);
@@ -152,6 +166,12 @@ DryRunStart check_the_start(const thpc::Config& config, const std::string& chose
               << start.step << " continues its branch)" << std::endl;
       }
     }
+    // The notes the resume prints: the settings that differ from the checkpoint's run and
+    // the learning rate's jump (a dry run before a changed resume said none: a helper's
+    // sweep), another number of ranks, where the data continues.
+    start.idle_keys_said = thpc::log_resume_notes(
+        checkpoint, chosen, thpc::stored_configuration(checkpoint), config, ranks,
+        on_a_gpu(config), position_note, notes);
   } else if (!options.init.empty()) {
     const thpc::Checkpoint init = thpc::read_init_checkpoint(options);
     if (source) thpc::check_checkpoint_vocabulary(init, options.init, *source, config);
@@ -310,10 +330,9 @@ void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::os
   // named, or one is visible (auto on a login node may run on the job's GPUs).
   thpc::RunShape shape;
   shape.ranks = ranks;
-  const bool gpu_here = thpc::cuda_unavailable_reason().empty();
-  shape.on_gpu = config.train.backend == "cuda" || (config.train.backend == "auto" && gpu_here);
-  shape.gpu_known = config.train.backend != "auto" || gpu_here;
-  const std::string idle = thpc::idle_settings_note(config, shape);
+  shape.on_gpu = on_a_gpu(config);
+  shape.gpu_known = config.train.backend != "auto" || thpc::cuda_unavailable_reason().empty();
+  const std::string idle = thpc::idle_settings_note(config, shape, start.idle_keys_said);
   if (!idle.empty()) out << "# " << idle << "\n";
   // What this machine cannot check, said rather than passed in silence: a login node may
   // lack the job's GPUs or its data (staged later, or on the compute nodes' file system).
@@ -467,11 +486,68 @@ bool started_by_a_launcher() { return thpc::launcher_rank() >= 0; }
 // says its own build; under a launcher --help is a mode the ranks agree on (a rank that
 // left alone kept the others waiting), printed by rank 0. Returns the exit code, or -1
 // when neither is answered here.
+// --show-checkpoint FILE: what FILE records of the run that wrote it, as comment lines,
+// then its stored configuration, whose own head says what ran it (the program's version,
+// what computed it, the command line's settings): an ini file that runs it again, and
+// that `diff` sets beside another run's (a helper's sweep and reproducibility walks: the
+// settings were in the files' HDF5 attributes alone). The parameters' params_sha256 is
+// the one the final: line of the run that ended with them prints.
+void show_checkpoint(const std::string& path, std::ostream& out) {
+  const thpc::Checkpoint checkpoint =
+      thpc::read_checkpoint(path, thpc::CheckpointParts::ParamsOnly);
+  std::ostringstream loss;
+  loss << std::fixed << std::setprecision(4) << checkpoint.loss;
+  out << "# checkpoint " << path << ": step " << checkpoint.step << ", "
+      << thpc::checkpoint_state_name(checkpoint.state)
+      << (std::isnan(checkpoint.loss) ? std::string() : ", loss " + loss.str());
+  if (checkpoint.validation) {
+    std::ostringstream score;
+    score << std::fixed << std::setprecision(2) << checkpoint.validation->value;
+    out << ", kept for its valid " << checkpoint.validation->metric << " " << score.str();
+  }
+  if (checkpoint.adam_m.empty() && !checkpoint.quantized.empty()) out << ", quantized";
+  out << "\n";
+  if (!checkpoint.run_id.empty()) {
+    out << "# run " << checkpoint.run_id << ", lineage " << thpc::lineage_text(checkpoint.lineage)
+        << ", " << checkpoint.world_size << (checkpoint.world_size == 1 ? " rank" : " ranks")
+        << ", seed " << checkpoint.seed << "\n";
+  }
+  if (!checkpoint.corpus_sha256.empty()) {
+    out << "# training pairs sha256 " << checkpoint.corpus_sha256 << "\n";
+  }
+  if (!checkpoint.valid_sha256.empty()) {
+    out << "# validation pairs sha256 " << checkpoint.valid_sha256 << "\n";
+  }
+  if (!checkpoint.direction.empty()) out << "# direction " << checkpoint.direction << "\n";
+  const thpc::Config stored =
+      thpc::load_config_text(checkpoint.config_ini, path + " (stored configuration)");
+  out << "# params_sha256=" << thpc::parameters_sha256(checkpoint, stored.model, path) << "\n"
+      << checkpoint.config_ini;
+}
+
 int answer_help_or_version(int argc, char** argv) {
   const bool alone = !started_by_a_launcher();
   for (int i = 1; i < argc; ++i) {
     const std::string_view argument = argv[i];
-    if (argument == "--version") {
+    if (argument == "--show-checkpoint" || argument.rfind("--show-checkpoint=", 0) == 0) {
+      const bool joined = argument != "--show-checkpoint";
+      const std::string path = joined ? std::string(argument.substr(18))
+                               : i + 1 < argc ? argv[i + 1]
+                                              : "";
+      if (path.empty() || argc != (joined ? 2 : 3)) {
+        std::cerr << failure_line("", "--show-checkpoint takes one checkpoint file and "
+                                      "nothing else (transformer_hpc --show-checkpoint FILE)")
+                  << std::endl;
+        return 2;
+      }
+      try {
+        show_checkpoint(path, std::cout);
+      } catch (const thpc::Error& error) {
+        std::cerr << failure_line("", error.what()) << std::endl;
+        return 1;
+      }
+      std::cout.flush();
+    } else if (argument == "--version") {
       std::cout << thpc::version_line("transformer_hpc") << "\n";
     } else if (argument == "--help" || argument == "-h") {
       if (!alone) return -1;

@@ -31,11 +31,13 @@
 
 #include "common/error.h"
 #include "common/sha256.h"
+#include "common/source_version.h"
 #include "common/still_working.h"
 #include "config/config.h"
 #include "config/option_table.h"
 #include "data/synthetic.h"
 #include "io/atomic_file.h"
+#include "backend/factory.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/checkpoint_params.h"
 #include "scoped_environment.h"
@@ -190,7 +192,20 @@ TEST_F(CheckpointTest, RoundTripIsBitwise) {
   EXPECT_EQ(loaded.data_position.index, saved.data_position.index);
   EXPECT_GT(loaded.data_position.index, 0);
   EXPECT_EQ(loaded.architecture, saved.architecture);
-  EXPECT_EQ(loaded.config_ini, config.to_ini());
+  // The configuration, headed by what ran it: comment lines that every reader of ini
+  // text (the versions before them included) passes over.
+  EXPECT_TRUE(config_differences(loaded.config_ini, config.to_ini()).empty());
+  const std::string computed_by = compute_identity(*make_cpu_backend(), -1);
+  EXPECT_EQ(ini_header_value(loaded.config_ini, kWrittenBy), version_line("transformer_hpc"));
+  EXPECT_EQ(ini_header_value(loaded.config_ini, kComputedBy), computed_by);
+  EXPECT_EQ(ini_header_value(loaded.config_ini, kCommandLine), config.command_line_text());
+  EXPECT_EQ(config.command_line_text(),
+            "--model.layers=1 --train.metrics_dir=" + path("run") + " --checkpoint.dir=" +
+                path("run"));
+  EXPECT_EQ(loaded.config_ini,
+            config.to_ini({header_line(kWrittenBy, version_line("transformer_hpc")),
+                           header_line(kComputedBy, computed_by),
+                           header_line(kCommandLine, config.command_line_text())}));
   ASSERT_TRUE(loaded.best_valid.has_value());
   EXPECT_EQ(loaded.best_valid->ppl.value, 3.25);
   EXPECT_TRUE(std::isnan(loaded.best_valid->bleu.value));
@@ -1734,6 +1749,15 @@ TEST_F(CheckpointTest, AveragingKnownValuesIsExact) {
                                        .params) {
     for (float value : tensor.values) EXPECT_EQ(value, 3.5f) << tensor.name;  // (1 + 6) / 2
   }
+  // Which files it averaged, at the head of its configuration (the file kept no trace).
+  EXPECT_EQ(ini_header_value(read_checkpoint(path("pair.h5"), CheckpointParts::ParamsOnly)
+                                 .config_ini,
+                             kAveragedFrom),
+            path("ckpt/step_00000010.h5") + " (step 10), " + path("ckpt/step_00000030.h5") +
+                " (step 30)");
+  EXPECT_EQ(ini_header_value(average.config_ini, kAveragedFrom),
+            path("ckpt/step_00000010.h5") + " (step 10), " + path("ckpt/step_00000020.h5") +
+                " (step 20), " + path("ckpt/step_00000030.h5") + " (step 30)");
 }
 
 // An average and an int8 copy (derived_checkpoint_of) keep the model and where its
@@ -1778,7 +1802,8 @@ TEST_F(CheckpointTest, ADerivedCheckpointKeepsTheModelAndNoneOfTheRunsState) {
   EXPECT_EQ(derived.state, CheckpointState::Healthy);
   EXPECT_FALSE(derived.validation_pending);
 
-  // The average of a file alone, and its int8 copy: the same parts, and its parameters.
+  // The average of a file alone, and its int8 copy: the same parts, and its parameters;
+  // the average's configuration names the file it averaged at its head.
   write_checkpoint(path("source.h5"), source);
   for (const Checkpoint& made :
        {average_checkpoints({path("source.h5")}), quantize_checkpoint(source)}) {
@@ -1786,6 +1811,11 @@ TEST_F(CheckpointTest, ADerivedCheckpointKeepsTheModelAndNoneOfTheRunsState) {
     Checkpoint expected = derived_checkpoint_of(source);
     expected.params = made.params;
     expected.quantized = made.quantized;
+    if (made.quantized.empty()) {
+      expected.config_ini = with_header_lines(
+          expected.config_ini,
+          {header_line(kAveragedFrom, path("source.h5") + " (step 1, run 0123456789abcdef)")});
+    }
     EXPECT_EQ(state_difference(expected, made, path("made_"), false), "");
   }
 }

@@ -1233,6 +1233,37 @@ namespace {
 // comparison of a name a file binds to such a key (`const std::string& policy =
 // config_.train.divergence;`, a member initialised `metric_(config.train.valid_metric)`),
 // must compare with one of its values.
+// What ran a configuration heads the text a checkpoint stores, as comment lines after the
+// text's own first line (and after lines added before: an average's after its run's), so
+// that the versions before them, which pass over comments, read the text as before; the
+// command line's settings as they would be given again.
+TEST(ConfigText, HeaderLinesHeadTheTextAndAreReadBackByTheirLabel) {
+  Config config = load_config_text("[train]\nlr_scale = 2\n", "first.ini");
+  config.train.seed = 7;
+  config.command_line_keys = {"train.seed", "checkpoint.dir"};
+  config.checkpoint.dir = "runs/it's here";
+  EXPECT_EQ(config.command_line_text(), "--train.seed=7 --checkpoint.dir='runs/it'\\''s here'");
+  const std::string text = config.to_ini({header_line(kWrittenBy, "transformer_hpc git x"),
+                                          header_line(kComputedBy, "cpu-fp32, OpenBLAS")});
+  const std::string plain = config.to_ini();
+  const size_t first_line = plain.find('\n') + 1;
+  EXPECT_EQ(text, plain.substr(0, first_line) +
+                      "# written by: transformer_hpc git x\n# computed by: cpu-fp32, OpenBLAS\n" +
+                      plain.substr(first_line));
+  const std::string averaged = with_header_lines(text, {header_line(kAveragedFrom, "a.h5")});
+  EXPECT_NE(averaged.find("# computed by: cpu-fp32, OpenBLAS\n# averaged from: a.h5\n\n[model]"),
+            std::string::npos)
+      << averaged;
+  EXPECT_EQ(ini_header_value(averaged, kWrittenBy), "transformer_hpc git x");
+  EXPECT_EQ(ini_header_value(averaged, kAveragedFrom), "a.h5");
+  EXPECT_EQ(ini_header_value(averaged, kCommandLine), "");
+  EXPECT_EQ(ini_header_value(plain, kWrittenBy), "");
+  // (a comment below the first section is not the head's)
+  EXPECT_EQ(ini_header_value("[train]\n# written by: someone\n", kWrittenBy), "");
+  EXPECT_TRUE(config_differences(averaged, plain).empty());
+  EXPECT_EQ(load_config_text(averaged, "stored").train.lr_scale, 2.0);
+}
+
 TEST(ConfigSources, EveryValueComparedWithAKeyOfAClosedSetIsOneOfItsValues) {
   std::map<std::string, std::set<std::string>> values_of;  // "norm" -> {"post", "pre"}
   for (const Option& option : option_table()) {

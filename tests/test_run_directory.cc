@@ -219,35 +219,62 @@ TEST_F(RunDirectory, NothingToResumeIsANewRunInAnotherRunsMetricsDirectory) {
   EXPECT_EQ(a_again.exit_code, 0) << a_again.output;
   EXPECT_EQ(run_records(metrics).size(), 2u);
 
-  // The same checkpoint.dir's earlier start, which saved nothing: its records are this
-  // run's to continue (a requeued job's).
+  // The same checkpoint.dir's earlier start, which saved nothing (killed at its second
+  // step, before its first checkpoint): its records are this run's to continue (a
+  // requeued job's).
   const std::string own_metrics = " --train.metrics_dir=" + (directory_ / "own").string();
-  const ProcessResult saved_nothing =
-      train("c", "--train.max_steps=2 --checkpoint.resume=auto" + own_metrics);
-  ASSERT_EQ(saved_nothing.exit_code, 0) << saved_nothing.output;
-  for (const fs::directory_entry& entry : fs::directory_iterator(directory_ / "c" / "checkpoints")) {
-    if (entry.path().extension() == ".h5") fs::remove(entry.path());
-  }
-  const ProcessResult requeued =
-      train("c", "--train.max_steps=2 --checkpoint.resume=auto" + own_metrics);
-  EXPECT_EQ(requeued.exit_code, 0) << requeued.output;
-  EXPECT_EQ(run_records(directory_ / "own" / "metrics.jsonl").size(), 2u);
+  const fs::path own = directory_ / "own" / "metrics.jsonl";
+  const auto killed_before_saving = [&](const std::string& run) {
+    const ScopedEnvironment kill("THPC_KILL_AT", "0:2");
+    const ProcessResult killed =
+        train(run, "--train.max_steps=4 --checkpoint.resume=auto" + own_metrics);
+    ASSERT_NE(killed.exit_code, 0) << killed.output;
+  };
+  killed_before_saving("c");
+  killed_before_saving("c");  // a requeue killed as early: appended
+  EXPECT_EQ(run_records(own).size(), 2u);
   // ... also after its run directory was moved (the directory its records name is gone:
   // no other run resumes from there; it was refused as another run's).
-  for (const fs::directory_entry& entry : fs::directory_iterator(directory_ / "c" / "checkpoints")) {
-    if (entry.path().extension() == ".h5") fs::remove(entry.path());
-  }
   fs::rename(directory_ / "c", directory_ / "c_moved");
   const ProcessResult moved =
       train("c_moved", "--train.max_steps=2 --checkpoint.resume=auto" + own_metrics);
   EXPECT_EQ(moved.exit_code, 0) << moved.output;
-  EXPECT_EQ(run_records(directory_ / "own" / "metrics.jsonl").size(), 3u);
+  EXPECT_EQ(run_records(own).size(), 3u);
+
+  // A finished run's directory cleaned of its checkpoints and used again: its metrics file
+  // records the checkpoints it wrote, which are gone; not a start that saved nothing, and
+  // a new run is refused, its records untouched (before: appended to that run's, and the
+  // plots drew the new run alone; a helper's sweep). checkpoint.overwrite deletes them.
+  for (const fs::directory_entry& entry :
+       fs::directory_iterator(directory_ / "c_moved" / "checkpoints")) {
+    if (entry.path().extension() == ".h5") fs::remove(entry.path());
+  }
+  const std::map<std::string, std::string> finished = contents(directory_ / "own");
+  const ProcessResult reused =
+      train("c_moved", "--train.max_steps=2 --checkpoint.resume=auto" + own_metrics);
+  EXPECT_EQ(reused.exit_code, 2) << reused.output;
+  EXPECT_NE(reused.output.find("checkpoint.resume = auto found nothing to resume in "
+                               "checkpoint.dir " +
+                               (directory_ / "c_moved" / "checkpoints").string() +
+                               ", but its metrics file " + own.string() + " records the 1 "
+                               "checkpoint of run "),
+            std::string::npos)
+      << reused.output;
+  EXPECT_NE(reused.output.find("(its last summary at step 2), which are no longer there"),
+            std::string::npos)
+      << reused.output;
+  EXPECT_EQ(contents(directory_ / "own"), finished);
+  const ProcessResult overwritten = train(
+      "c_moved",
+      "--train.max_steps=2 --checkpoint.resume=auto --checkpoint.overwrite=true" + own_metrics);
+  EXPECT_EQ(overwritten.exit_code, 0) << overwritten.output;
+  EXPECT_EQ(run_records(own).size(), 1u);
 }
 
 // A run directory copied (cp -r base copy): its metrics file records the original's
 // checkpoint.dir, and a new run in the copy was refused naming the original as the run to
 // continue (a run there would have trained in it; a helper's trial). The copy is its own:
-// the refusal names it, and resume=auto with its checkpoints gone appends to its metrics.
+// the refusals name it alone.
 TEST_F(RunDirectory, ACopiedRunDirectoryIsARunOfItsOwn) {
   ASSERT_EQ(train("base", "--train.max_steps=2").exit_code, 0);
   fs::copy(directory_ / "base", directory_ / "copy", fs::copy_options::recursive);
@@ -262,9 +289,20 @@ TEST_F(RunDirectory, ACopiedRunDirectoryIsARunOfItsOwn) {
        fs::directory_iterator(directory_ / "copy" / "checkpoints")) {
     if (entry.path().extension() == ".h5") fs::remove(entry.path());
   }
+  // With its checkpoints deleted, resume=auto finds nothing, and the copy's records name
+  // the checkpoint the original wrote: refused as a cleaned directory used again, naming
+  // the copy's files alone.
   const ProcessResult again = train("copy", "--train.max_steps=2 --checkpoint.resume=auto");
-  EXPECT_EQ(again.exit_code, 0) << again.output;
-  EXPECT_EQ(run_records(directory_ / "copy" / "checkpoints" / "metrics.jsonl").size(), 2u);
+  EXPECT_EQ(again.exit_code, 2) << again.output;
+  EXPECT_NE(again.output.find("found nothing to resume in checkpoint.dir " +
+                              (directory_ / "copy" / "checkpoints").string() +
+                              ", but its metrics file " +
+                              (directory_ / "copy" / "checkpoints" / "metrics.jsonl").string() +
+                              " records the 1 checkpoint of run "),
+            std::string::npos)
+      << again.output;
+  EXPECT_EQ(again.output.find("/base/"), std::string::npos) << again.output;
+  EXPECT_EQ(run_records(directory_ / "copy" / "checkpoints" / "metrics.jsonl").size(), 1u);
   // So with the metrics file above checkpoint.dir (RUN/metrics.jsonl for RUN/checkpoints).
   const auto beside = [&](const std::string& run) {
     return " --train.metrics_dir=" + (directory_ / run).string();

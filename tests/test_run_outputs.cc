@@ -20,9 +20,11 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "common/source_version.h"
 #include "config/config.h"
 #include "data/batch.h"
 #include "data/shard_file.h"
@@ -120,8 +122,44 @@ TEST_F(RunOutputs, MetricsFileHoldsExactlyTheLoggedValues) {
       "\"checkpoint_dir\": \"" + (root_ / "run/checkpoints").lexically_normal().string() +
       "\", \"lineage\": \"0:" + run_id + "\", \"valid_sha256\": \"";
   EXPECT_NE(records[0].find(directory_field), std::string::npos) << records[0];
-  EXPECT_TRUE(std::regex_search(records[0], std::regex(R"re("valid_sha256": "[0-9a-f]{64}"\}$)re")))
+  EXPECT_TRUE(std::regex_search(records[0], std::regex(R"re("valid_sha256": "[0-9a-f]{64}", )re")))
       << records[0];
+  // Then what the curves were trained with, readable when the checkpoints are deleted: the
+  // training data, the program, what computed the steps, the config file, the command
+  // line's settings over it and the resolved configuration.
+  const std::string record_text = records[0];
+  const std::regex corpus(R"re("corpus_sha256": "[0-9a-f]{64}", )re");
+  EXPECT_TRUE(std::regex_search(record_text, corpus)) << record_text;
+  // The digests transformer_data_stats prints of the shards: a reviewer tells by them that
+  // shards at hand are the ones a run read.
+  for (const auto& [prefix, key] : {std::pair{"train", "corpus_sha256"},
+                                    std::pair{"valid", "valid_sha256"}}) {
+    const ProcessResult stats =
+        run_process(kBuild + "transformer_data_stats " + (root_ / "data").string() +
+                    " --prefix " + prefix);
+    ASSERT_EQ(stats.exit_code, 0) << stats.output;
+    std::smatch digest;
+    ASSERT_TRUE(std::regex_search(stats.output, digest, std::regex("\npairs sha256 (\\w{64})\n")))
+        << stats.output;
+    EXPECT_NE(record_text.find("\"" + std::string(key) + "\": \"" + digest[1].str() + "\""),
+              std::string::npos)
+        << prefix << ": " << stats.output << record_text;
+  }
+  EXPECT_NE(record_text.find(", \"version\": \"" + std::string(source_version()) + "\", "),
+            std::string::npos)
+      << record_text;
+  EXPECT_NE(record_text.find(", \"computed_by\": \"cpu-fp32, "), std::string::npos) << record_text;
+  EXPECT_NE(record_text.find(", \"config_file\": \"" THPC_SOURCE_DIR "/input/numbers.ini\", "),
+            std::string::npos)
+      << record_text;
+  EXPECT_NE(record_text.find(", \"command_line\": \"--train.max_steps=4 --train.log_every=2 "),
+            std::string::npos)
+      << record_text;
+  EXPECT_NE(record_text.find(", \"config\": \"# transformer_hpc configuration, resolved from "),
+            std::string::npos)
+      << record_text;
+  EXPECT_NE(record_text.find("\\nmax_steps = 4\\n"), std::string::npos) << record_text;
+  EXPECT_EQ(record_text.substr(record_text.size() - 4), "\\n\"}") << record_text;
   EXPECT_EQ(records[0].find("\"init\""), std::string::npos) << records[0];  // none here
   size_t next = 1;
   int train_lines = 0, valid_lines = 0, summary_lines = 0;
@@ -160,6 +198,25 @@ TEST_F(RunOutputs, MetricsFileHoldsExactlyTheLoggedValues) {
     // The summary says how the run ended (no line shows it: its "final:" line does).
     if (kind == "summary") {
       EXPECT_EQ(record.at("ended"), "\"finished\"");
+      ++fields;
+      // Each best value's step, which the line gives in brackets (null without a value),
+      // and the final parameters' digest, which the final: line gives.
+      for (const std::string metric : {"ppl", "bleu"}) {
+        std::smatch best;
+        const std::string key = "best_valid_" + metric + "_step";
+        ASSERT_EQ(record.count(key), 1u) << key << " missing in " << records[next - 1];
+        if (std::regex_search(line, best, std::regex("best valid " + metric +
+                                                     R"( [0-9.]+ \(step ([0-9]+)\))"))) {
+          EXPECT_EQ(record.at(key), best[1].str());
+        } else {
+          EXPECT_EQ(record.at(key), "null") << line;
+        }
+        ++fields;
+      }
+      std::smatch final;
+      ASSERT_TRUE(std::regex_search(run_.output, final,
+                                    std::regex("final: step=4 loss=\\S+ params_sha256=(\\w+)")));
+      EXPECT_EQ(record.at("params_sha256"), "\"" + final[1].str() + "\"");
       ++fields;
     }
     EXPECT_EQ(record.size(), fields + 4) << records[next - 1];
@@ -293,6 +350,42 @@ TEST_F(RunOutputs, PlotsArePngsOfTheStatedSize) {
         << name << " written but not listed: " << plot.output;
   }
   EXPECT_EQ(written, expected);
+}
+
+// A sweep's runs compared from their files (a helper's sweep read the summary lines of
+// their logs by eye): plot_metrics.py --table gives each run's steps, how it ended, its
+// best validation values with their steps, and the settings in which the runs differ,
+// without matplotlib.
+TEST_F(RunOutputs, PlotsTableComparesRunsByTheirBestValuesAndTheSettingsThatDiffer) {
+  ASSERT_EQ(run_.exit_code, 0) << run_.output;
+  const fs::path other = root_ / "lr_half";
+  const ProcessResult half = run_process(
+      trainer_command() + " --train.max_steps=4 --train.log_every=2 --train.valid_every=2" +
+      " --train.lr_scale=0.5" +
+      " --checkpoint.every_steps=2 --checkpoint.dir=" + other.string());
+  ASSERT_EQ(half.exit_code, 0) << half.output;
+  const ProcessResult table = run_process(
+      python_interpreter().path + " " THPC_SOURCE_DIR "/tools/plot_metrics.py " +
+      (root_ / "run/checkpoints").string() + " " + other.string() + " --table");
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  const std::vector<std::string> lines = lines_of(table.output);
+  ASSERT_EQ(lines.size(), 3u) << table.output;
+  const std::regex header(
+      R"(run +steps +ended +best valid ppl \(step\) +best valid bleu \(step\) +train.lr_scale)");
+  EXPECT_TRUE(std::regex_match(lines[0], header)) << table.output;
+  // Each run's best values as its summary line gives them, and its lr_scale.
+  for (const auto& [line, log, lr_scale] :
+       {std::tuple{lines[1], run_.output, "1"}, std::tuple{lines[2], half.output, "0.5"}}) {
+    std::smatch best;
+    const std::regex summary(R"(best valid ppl ([0-9.]+ \(step [0-9]+\)))");
+    ASSERT_TRUE(std::regex_search(log, best, summary)) << log;
+    const std::string in_table = std::regex_replace(best[1].str(), std::regex("step "), "");
+    EXPECT_NE(line.find("  4      finished  " + in_table), std::string::npos) << table.output;
+    const std::string last_column = "  " + std::string(lr_scale);
+    EXPECT_TRUE(line.size() > last_column.size() &&
+                line.substr(line.size() - last_column.size()) == last_column)
+        << table.output;
+  }
 }
 
 // The validation perplexity tools/plot_metrics.py reads from the metrics file `file`, as
@@ -725,8 +818,98 @@ TEST_F(RunOutputs, EvalReproducesTheValidLineOfTheRunThatWroteTheCheckpoint) {
     EXPECT_EQ(eval.output.substr(in_eval, eval.output.find('\n', in_eval) - in_eval),
               run_.output.substr(in_run, run_.output.find('\n', in_run) - in_run));
     EXPECT_EQ(eval.output.find("step 1/"), std::string::npos) << "it trained: " << eval.output;
+    EXPECT_EQ(eval.output.find("note: settings that --eval reads"), std::string::npos)
+        << eval.output;
+    // The parameters' digest: the final: line's, for the last step's checkpoint.
+    std::smatch digest;
+    const std::regex evaluated(R"(\(step )" + step + R"(\) on .*; params_sha256=(\w{64})\n)");
+    ASSERT_TRUE(std::regex_search(eval.output, digest, evaluated)) << eval.output;
+    if (step == "4") {
+      EXPECT_NE(run_.output.find("final: step=4 loss="), std::string::npos) << run_.output;
+      EXPECT_NE(run_.output.find(" params_sha256=" + digest[1].str() + "\n"), std::string::npos)
+          << run_.output;
+    }
   }
+  // Given another label smoothing than the run's (a sweep's base config), the loss is not
+  // the one the run logged: said, naming the setting.
+  const std::string checkpoint = (root_ / "run/checkpoints/step_00000004.h5").string();
+  const ProcessResult other =
+      run_process(trainer_command() + " --model.label_smoothing=0 --eval " + checkpoint);
+  ASSERT_EQ(other.exit_code, 0) << other.output;
+  EXPECT_NE(other.output.find("note: settings that --eval reads differ from those of the run "
+                              "that wrote " + checkpoint + ": model.label_smoothing = 0 (was "
+                              "0.1); the line below is this configuration's"),
+            std::string::npos)
+      << other.output;
   EXPECT_EQ(listing(root_), before) << "--eval wrote or changed a file";
+}
+
+// transformer_hpc --show-checkpoint: what a checkpoint records of its run, without h5py
+// (a helper's walks found the settings in HDF5 attributes alone, and no way to check a
+// file against a log's params_sha256): comment lines, then the stored configuration
+// headed by what ran it, an ini file that trains the run again.
+TEST_F(RunOutputs, ShowCheckpointPrintsWhatItRecordsAsAnIniFileThatTrainsItAgain) {
+  ASSERT_EQ(run_.exit_code, 0) << run_.output;
+  const std::string checkpoint = (root_ / "run/checkpoints/step_00000004.h5").string();
+  const ProcessResult shown =
+      run_process(kBuild + "transformer_hpc --show-checkpoint " + checkpoint);
+  ASSERT_EQ(shown.exit_code, 0) << shown.output;
+  const std::vector<std::string> lines = lines_of(shown.output);
+  ASSERT_GT(lines.size(), 10u) << shown.output;
+  EXPECT_EQ(lines[0].rfind("# checkpoint " + checkpoint + ": step 4, healthy, loss ", 0), 0u)
+      << shown.output;
+  const std::regex run_line(R"(# run [0-9a-f]{16}, lineage 0:[0-9a-f]{16}, 1 rank, seed 1)");
+  EXPECT_TRUE(std::regex_match(lines[1], run_line)) << shown.output;
+  // The digest the run's final: line printed.
+  std::smatch final;
+  ASSERT_TRUE(std::regex_search(run_.output, final, std::regex("params_sha256=(\\w{64})")));
+  EXPECT_NE(shown.output.find("\n# params_sha256=" + final[1].str() + "\n"), std::string::npos)
+      << shown.output;
+  EXPECT_NE(shown.output.find("\n# written by: transformer_hpc " +
+                              std::string(source_version()) + "\n# computed by: cpu-fp32, "),
+            std::string::npos)
+      << shown.output;
+  EXPECT_NE(shown.output.find("\n# command line: --train.max_steps=4 --train.log_every=2 "),
+            std::string::npos)
+      << shown.output;
+  // An ini file: read as a configuration, it is the one the checkpoint stores.
+  const fs::path ini = root_ / "shown.ini";
+  std::ofstream(ini) << shown.output;
+  const Config config = load_config(ini.string());
+  EXPECT_TRUE(config_differences(config.to_ini(), read_checkpoint(checkpoint).config_ini).empty());
+  // Wrongly used: one line, and no other output.
+  const ProcessResult missing =
+      run_process(kBuild + "transformer_hpc --show-checkpoint " + (root_ / "none.h5").string());
+  EXPECT_EQ(missing.exit_code, 1) << missing.output;
+  EXPECT_EQ(lines_of(missing.output).size(), 1u) << missing.output;
+  EXPECT_NE(missing.output.find("none.h5: no such file"), std::string::npos) << missing.output;
+  const ProcessResult more =
+      run_process(kBuild + "transformer_hpc --show-checkpoint " + checkpoint + " extra.ini");
+  EXPECT_EQ(more.exit_code, 2) << more.output;
+  EXPECT_NE(more.output.find("--show-checkpoint takes one checkpoint file and nothing else"),
+            std::string::npos)
+      << more.output;
+}
+
+// The dry run of a resume says what the resume will say of what changed: the settings
+// that differ from the checkpoint's run, and the learning rate's jump (it said none, and
+// a sweep's changed resume looked like its run's continuation: a helper's sweep).
+TEST_F(RunOutputs, TheDryRunOfAResumeNamesTheSettingsThatDiffer) {
+  ASSERT_EQ(run_.exit_code, 0) << run_.output;
+  const auto before = listing(root_);
+  const ProcessResult dry = run_process(
+      trainer_command() + " --train.max_steps=6 --train.log_every=2 --train.valid_every=2" +
+      " --checkpoint.every_steps=2 --train.lr_scale=0.5 --checkpoint.resume=auto" +
+      " --checkpoint.dir=" + (root_ / "run/checkpoints").string() + " --dry-run");
+  ASSERT_EQ(dry.exit_code, 0) << dry.output;
+  EXPECT_NE(dry.output.find("\n# note: 2 settings differ from the run that wrote the "
+                            "checkpoint, from this step on: train.max_steps = 6 (was 4), "
+                            "train.lr_scale = 0.5 (was 1)\n"),
+            std::string::npos)
+      << dry.output;
+  EXPECT_NE(dry.output.find("\n# note: the learning rate of step 5 is "), std::string::npos)
+      << dry.output;
+  EXPECT_EQ(listing(root_), before) << "the dry run wrote or changed a file";
 }
 
 // A checkpoint records the direction of its shards (one vocabulary serves both, so the

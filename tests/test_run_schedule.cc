@@ -161,5 +161,30 @@ TEST(ResumeNotes, AChangedScheduleSaysTheLearningRatesJump) {
 
 }  // namespace lr_jump
 
+// A resume computed otherwise than the checkpoint's steps (another matrix-product library
+// or kernels, another GPU, another backend) says so, naming both: its losses may then
+// differ from an uninterrupted run's in the last bits. The same identity, or a checkpoint
+// that records none (written before it was stored), says nothing.
+TEST(ResumeNotes, AResumeComputedOtherwiseSaysItsLossesMayDiffer) {
+  const Config config;
+  Checkpoint checkpoint;
+  checkpoint.config_ini =
+      config.to_ini({header_line(kComputedBy, "cpu-fp32, OpenBLAS 0.3.21 Haswell kernels")});
+  const auto note = [&](const std::string& now) {
+    std::ostringstream log;
+    note_other_arithmetic(checkpoint, now, log);
+    return log.str();
+  };
+  EXPECT_EQ(note("cpu-fp32, OpenBLAS 0.3.21 SkylakeX kernels"),
+            "note: the checkpoint's steps were computed by cpu-fp32, OpenBLAS 0.3.21 Haswell "
+            "kernels; this run's are by cpu-fp32, OpenBLAS 0.3.21 SkylakeX kernels: training "
+            "goes on, but its losses may differ from those of a run computed by one of them "
+            "throughout in the last bits (matrix products and sums taken in another order "
+            "round otherwise)\n");
+  EXPECT_EQ(note("cpu-fp32, OpenBLAS 0.3.21 Haswell kernels"), "");
+  checkpoint.config_ini = config.to_ini();
+  EXPECT_EQ(note("cpu-fp32, OpenBLAS 0.3.21 SkylakeX kernels"), "");
+}
+
 }  // namespace
 }  // namespace thpc

@@ -126,6 +126,10 @@ int run(const Arguments& arguments) {
   };
   std::cout << std::fixed << std::setprecision(2) << dir << "/" << prefix << ": "
             << reader.pairs() << " pairs, vocabulary " << reader.vocab_size() << "\n"
+            // The digest a checkpoint and a run's metrics records name (corpus_sha256 for the
+            // training shards, valid_sha256 for the validation ones): what tells a
+            // reviewer that these are the shards a run read.
+            << "pairs sha256 " << reader.corpus_sha256() << "\n"
             << "budget " << budget << " tokens per side per rank (" << tokens_per_step
             << " / (" << ranks << " ranks x " << accumulate << ")): " << batches
             << (batches == 1 ? " batch" : " batches") << " per epoch, planned in " << std::setprecision(3) << plan_seconds

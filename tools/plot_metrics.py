@@ -2,6 +2,7 @@
 """Training curves as PNG files, from the metrics.jsonl of one or several runs.
 
     plot_metrics.py RUN [RUN ...] [--out DIR] [--size WxH]
+    plot_metrics.py RUN [RUN ...] --table
 
 RUN is a run directory holding metrics.jsonl (train.metrics_dir, else checkpoint.dir;
 a job's runs/NAME) or the file itself. For each curve that some run has, two PNG files
@@ -29,6 +30,13 @@ new process), so the time a job waited in the queue between them is not counted.
 process validates on other validation pairs than the one before (its run record's
 valid_sha256: a fine-tuning's new data), the validation curves break there: the values
 before and after are of two sets.
+
+--table prints instead one line per run, to compare a sweep's runs without reading their
+logs: its steps (the last on the line it ended on), how its last process ended (the
+summary's "ended", "running" without one), its best validation perplexity and BLEU (or
+chrF) with their steps, as plotted, and each setting in which the runs' configurations
+differ (their last run records' "config"; the keys that name a run's own directories
+left out), as given there. It needs no matplotlib.
 
 Needs matplotlib (tools/install_deps.sh puts it into ~/.cache/thpc-venv). Exit codes: 0
 done, 2 a bad command line, 1 an unreadable or malformed metrics file (one line naming it).
@@ -158,6 +166,79 @@ def read_run(run):
     return series
 
 
+# Settings that name a run's own directories or how it started: they differ between any
+# two runs, and say nothing of how they were trained.
+OWN_KEYS = {"checkpoint.dir", "train.metrics_dir", "checkpoint.resume", "checkpoint.overwrite"}
+
+
+def last_records(run):
+    """The last "run" and "summary" records of the run's metrics file (None where none)."""
+    last = {"run": None, "summary": None}
+    with open(metrics_file(run), encoding="utf-8") as stream:
+        for line in stream:
+            if line.startswith('{"kind": "run", ') or line.startswith('{"kind": "summary", '):
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # (a line cut short: read_run has judged the file)
+                last[record["kind"]] = record
+    return last["run"], last["summary"]
+
+
+def settings_of(config_text):
+    """{"section.key": value} of a stored configuration's ini text."""
+    settings, section = {}, ""
+    for line in (config_text or "").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1]
+        elif "=" in line:
+            key, value = line.split("=", 1)
+            settings[f"{section}.{key.strip()}"] = value.strip()
+    return settings
+
+
+def best_of(points, lower_is_better):
+    """(value, step) of the best finite value, the earlier step of equal ones; None if none."""
+    finite = [(value, step) for step, _, value in points if math.isfinite(value)]
+    if not finite:
+        return None
+    return min(finite, key=lambda item: (item[0] if lower_is_better else -item[0], item[1]))
+
+
+def table(runs):
+    """The --table text: a header line and a line per run, columns aligned."""
+    labels = run_labels(runs)
+    rows, configs = [], []
+    for run, label in zip(runs, labels):
+        series = read_run(run)
+        run_record, summary = last_records(run)
+        configs.append(settings_of((run_record or {}).get("config")))
+        steps = max((step for points in series.values() for step, _, _ in points), default=0)
+        row = [label, str(steps), (summary or {}).get("ended", "running")]
+        for key, lower, digits in (("valid_ppl", True, 2), ("valid_bleu", False, 2),
+                                   ("valid_chrf", False, 2)):
+            best = best_of(series.get(("valid", key), []), lower)
+            row.append("n/a" if best is None else f"{best[0]:.{digits}f} ({best[1]})")
+        rows.append(row)
+    header = ["run", "steps", "ended", "best valid ppl (step)", "best valid bleu (step)",
+              "best valid chrf (step)"]
+    # Without any chrF (or BLEU) among the runs, its column says nothing.
+    for column in (5, 4):
+        if all(row[column] == "n/a" for row in rows):
+            header.pop(column)
+            for row in rows:
+                row.pop(column)
+    keys = [key for key in dict.fromkeys(k for config in configs for k in config)
+            if key not in OWN_KEYS and len({config.get(key) for config in configs}) > 1]
+    header += keys
+    for row, config in zip(rows, configs):
+        row += [config.get(key, "n/a") for key in keys]
+    widths = [max(len(line[i]) for line in [header] + rows) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
+                     for line in [header] + rows) + "\n"
+
+
 def run_labels(runs):
     """Legend names: each run's directory name, the whole path where names repeat."""
     names = [os.path.basename(os.path.dirname(os.path.abspath(metrics_file(run)))) or run
@@ -243,7 +324,16 @@ def main():
                         help="where the PNG files go (default: RUN/plots of the first RUN)")
     parser.add_argument("--size", type=size, default=(1200, 800), metavar="WxH",
                         help="pixels of each PNG (default 1200x800)")
+    parser.add_argument("--table", action="store_true",
+                        help="print a line per run instead (steps, how it ended, best "
+                             "validation values with their steps, the settings that differ)")
     args = parser.parse_args()
+    if args.table:
+        try:
+            sys.stdout.write(table(args.runs))
+        except MetricsError as error:
+            sys.exit(f"plot_metrics.py: {error}")
+        return
     out_dir = args.out or os.path.join(
         os.path.dirname(os.path.abspath(metrics_file(args.runs[0]))), "plots")
     try:

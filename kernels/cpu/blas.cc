@@ -188,6 +188,15 @@ std::string gemm_library_description() {
   return openblas_description();
 }
 
+std::string gemm_identity() {
+  const OpenBlasChoice choice = openblas_choice();
+  const std::string openblas = choice.library + " " + choice.core + " kernels";
+  if (gemm_library() == GemmLibrary::kOneDnn) {
+    return onednn_version_and_isa() + ", the smallest by " + openblas;
+  }
+  return openblas;
+}
+
 void set_gemm_threads(int threads) {
   THPC_CHECK(threads >= 1, "matrix product threads must be at least 1, not " << threads);
   gemm_thread_count.store(threads, std::memory_order_relaxed);

@@ -65,6 +65,12 @@ bool onednn_usable();
 // kernels alone; with what chose OpenBLAS's kernels (openblas_description).
 std::string gemm_library_description();
 
+// What computes the matrix products, without advice: "oneDNN 2.6.3, avx512_core_bf16, the
+// smallest by OpenBLAS 0.3.21 SkylakeX kernels", or "OpenBLAS 0.3.21 Haswell kernels". Two
+// runs whose texts differ round their products differently: a checkpoint records it, and
+// a resume under another says that its losses are not bit for bit the uninterrupted run's.
+std::string gemm_identity();
+
 // The threads the fp32 and fp64 products run on (set_cpu_threads sets them with the ops'
 // threads; a test holds them at one). Until set: OpenMP's default.
 void set_gemm_threads(int threads);

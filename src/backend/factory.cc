@@ -106,6 +106,18 @@ std::string device_description(const Backend& backend, int device) {
   return "cpu (" + backend.name() + ", " + cpu::gemm_library_description() + ")";
 }
 
+std::string compute_identity(const Backend& backend, int device) {
+#if THPC_HAVE_CUDA
+  if (!backend.host_memory()) {
+    for (const CudaDeviceInfo& info : cuda_devices()) {
+      if (info.index == device) return backend.name() + " on " + info.name;
+    }
+  }
+#endif
+  static_cast<void>(device);
+  return backend.name() + ", " + cpu::gemm_identity();
+}
+
 std::unique_ptr<Backend> make_backend(const BackendRequest& request) {
   const bool want_cuda = request.backend == "cuda" || request.backend == "auto";
   THPC_CHECK(request.backend == "cuda" || request.backend == "cpu" || request.backend == "auto",

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "config/config.h"
 
 namespace thpc {
 
@@ -307,8 +308,12 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths,
   std::string spm_model, spm_model_source;  // the inputs' SentencePiece model, if any has one
   std::string without_model_source;         // an input that stores none
   OneDirection direction;                   // the inputs' languages, if any records them
+  std::string inputs;                       // "PATH (step S, run R), ...": kAveragedFrom's
   for (size_t index = 0; index < paths.size(); ++index) {
     Checkpoint current = read_checkpoint(paths[index], CheckpointParts::ParamsOnly);
+    inputs += (index == 0 ? "" : ", ") + paths[index] + " (step " +
+              std::to_string(current.step) +
+              (current.run_id.empty() ? std::string() : ", run " + current.run_id) + ")";
     // One vocabulary serves both directions: an en->de model averaged with a de->en one
     // was garbage, exit 0 (a helper's trial).
     if (const std::string other = direction.add(paths[index], current.direction);
@@ -384,6 +389,10 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths,
   // quantized input's parameters were averaged as read, dequantized, and the average is
   // a float checkpoint (transformer_quantize makes an int8 one of it).
   Checkpoint average = derived_checkpoint_of(newest);
+  // Which files it averages, in the head of its configuration (where the run's own lines
+  // say what trained them): the file kept no trace of them (a helper's walk).
+  average.config_ini = with_header_lines(average.config_ini,
+                                         {header_line(kAveragedFrom, inputs)});
   average.params = std::move(first.params);
   average.spm_model = std::move(spm_model);
   average.direction = direction.direction();

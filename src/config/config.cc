@@ -14,8 +14,10 @@
 #include <boost/program_options.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -418,6 +420,59 @@ std::string Config::to_ini() const {
   return ini.str();
 }
 
+std::string Config::to_ini(const std::vector<std::string>& header) const {
+  return with_header_lines(to_ini(), header);
+}
+
+std::string with_header_lines(const std::string& ini, const std::vector<std::string>& lines) {
+  // The end of the head: past each leading comment line.
+  size_t end = 0;
+  while (end < ini.size() && ini[end] == '#') {
+    const size_t line_end = ini.find('\n', end);
+    end = line_end == std::string::npos ? ini.size() : line_end + 1;
+  }
+  std::string added;
+  for (const std::string& line : lines) added += "# " + line + "\n";
+  return ini.substr(0, end) + added + ini.substr(end);
+}
+
+std::string Config::value_text(const std::string& key) const {
+  Config copy = *this;  // the table's accessors take a mutable Config
+  for (const Option& option : option_table()) {
+    if (option.name() == key) return format_value(option.field(copy));
+  }
+  THPC_FAIL("no configuration key " << key);
+}
+
+std::string Config::command_line_text() const {
+  std::string text;
+  for (const Option& option : option_table()) {
+    if (command_line_keys.count(option.name()) == 0) continue;
+    std::string value = value_text(option.name());
+    // Quoted as a shell takes it back where it holds more than a path's characters.
+    const bool plain = !value.empty() && std::all_of(value.begin(), value.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("_./:,+-=@%", c);
+    });
+    if (!plain) {
+      std::string quoted = "'";
+      for (const char c : value) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+      value = quoted + "'";
+    }
+    text += (text.empty() ? "--" : " --") + option.name() + "=" + value;
+  }
+  return text;
+}
+
+std::string ini_header_value(const std::string& ini, const char* label) {
+  std::istringstream lines(ini);
+  const std::string prefix = "# " + std::string(label) + ": ";
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line[0] == '[') break;
+    if (line.rfind(prefix, 0) == 0) return line.substr(prefix.size());
+  }
+  return "";
+}
+
 std::string help_text() {
   // Widths in characters, not bytes: a range may hold "≥".
   const auto width = [](const std::string& text) {
@@ -444,6 +499,7 @@ std::string help_text() {
   std::ostringstream help;
   help << "usage: transformer_hpc CONFIG.ini [--section.key=value ...] [--dry-run | --eval "
           "CHECKPOINT] [--help] [--version]\n"
+       << "       transformer_hpc --show-checkpoint CHECKPOINT\n"
        << "\n"
        << "Trains the Transformer configured by CONFIG.ini. Every key below belongs to a\n"
        << "[section] of the file; --section.key=value on the command line overrides it.\n"
@@ -456,7 +512,12 @@ std::string help_text() {
        << "  --eval CHECKPOINT\n"
        << "             print the validation loss and perplexity (and BLEU or chrF,\n"
        << "             with train.valid_bleu) of CHECKPOINT on the data.valid shards\n"
-       << "             of data.dir, as a 'valid step N' line; trains and writes nothing\n";
+       << "             of data.dir, as a 'valid step N' line; trains and writes nothing\n"
+       << "  --show-checkpoint CHECKPOINT\n"
+       << "             print what CHECKPOINT records of its run (step, run, data digests,\n"
+       << "             params_sha256) as comments, then its stored configuration, headed\n"
+       << "             by the version, matrix products and command line that ran it: an\n"
+       << "             ini file that trains it again, and that diff sets beside another's\n";
   std::string current_section;
   for (const Option& option : option_table()) {
     if (option.section != current_section) {

@@ -164,10 +164,39 @@ struct Config {
   std::string eval_checkpoint;  // --eval CHECKPOINT: score it on the validation shards
   // The resolved configuration as ini text (every key, file and overrides applied).
   std::string to_ini() const;
+  // The same with `header` ("LABEL: value" lines, kProvenance's) as comment lines after its
+  // first: what a checkpoint stores. Every reader of ini text passes over comments, so
+  // the versions before them read such a text as any other.
+  std::string to_ini(const std::vector<std::string>& header) const;
+  // The value of `key` ("train.lr_scale") as to_ini() writes it.
+  std::string value_text(const std::string& key) const;
+  // The keys given on the command line with their values, as they would be given again:
+  // "--train.lr_scale=2 --checkpoint.dir=runs/lr2" (in the option table's order).
+  std::string command_line_text() const;
   // " (on the command line)" after a message about `key` ("train.seed") when it was given
   // there, else "".
   std::string on_command_line(const std::string& key) const;
 };
+
+// The labels of the comment lines at the head of a checkpoint's configuration
+// (Config::to_ini(header)): the program that ran it, what computed it
+// (compute_identity), and the command line's settings over the file's; and an average's
+// inputs (average_checkpoints).
+inline constexpr const char* kWrittenBy = "written by";
+inline constexpr const char* kComputedBy = "computed by";
+inline constexpr const char* kCommandLine = "command line";
+// "LABEL: value", for to_ini(header).
+inline std::string header_line(const char* label, const std::string& value) {
+  return std::string(label) + ": " + value;
+}
+inline constexpr const char* kAveragedFrom = "averaged from";
+// `ini` (a stored configuration) with "# LINE" comment lines added at the end of its head
+// (after its last comment line before the first blank line or section): a derived
+// checkpoint's own lines (kAveragedFrom) after those of the run it came from.
+std::string with_header_lines(const std::string& ini, const std::vector<std::string>& lines);
+// The value of the comment line "# LABEL: value" at the head of `ini` (before its first
+// section), "" when it has none (a configuration stored before 2026-12-07).
+std::string ini_header_value(const std::string& ini, const char* label);
 
 // Parses argv. Returns false if --help was given (the help text is printed to stdout).
 // Any problem (unknown key, wrong type, bad value, missing file) throws thpc::Error

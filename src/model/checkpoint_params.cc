@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/sha256.h"
 #include "common/still_working.h"
 
 namespace thpc {
@@ -16,6 +17,28 @@ void check_architecture(const Checkpoint& checkpoint, const Transformer& model,
 
 void load_parameters(const std::string& path, Transformer& model) {
   load_parameters(read_checkpoint(path, CheckpointParts::ParamsOnly), path, model);
+}
+
+std::string parameters_sha256(const Checkpoint& checkpoint, const ModelConfig& model,
+                              const std::string& source) {
+  const int64_t vocab = embedding_rows(checkpoint);
+  THPC_CHECK(vocab > 0, source << ": holds no embed.weight, the parameters of a model");
+  ParamStore table;
+  add_transformer_parameters(model, static_cast<int>(vocab), table);
+  std::map<std::string, const NamedTensor*> by_name;
+  for (const NamedTensor& tensor : checkpoint.params) by_name[tensor.name] = &tensor;
+  Sha256 digest;
+  for (const ParamEntry& entry : table.entries()) {
+    const auto found = by_name.find(entry.name);
+    THPC_CHECK(found != by_name.end() &&
+                   static_cast<int64_t>(found->second->values.size()) == entry.numel(),
+               source << ": parameter " << entry.name << " is "
+                      << (found == by_name.end() ? "missing" : "of another size")
+                      << " for the model its configuration describes");
+    show_still_working();
+    digest.update(found->second->values.data(), found->second->values.size() * sizeof(float));
+  }
+  return digest.hex_digest();
 }
 
 void load_parameters(const Checkpoint& checkpoint, const std::string& source,

@@ -19,6 +19,15 @@ namespace thpc {
 void check_architecture(const Checkpoint& checkpoint, const Transformer& model,
                         const std::string& source);
 
+// The digest ParamStore::sha256_hex() gives once `checkpoint`'s parameters are loaded into
+// a model of `model`'s settings (their fp32 values in the model's table order): what the
+// final: line of the run that ended with them prints, without building the model (a file's
+// own bytes differ between identical runs, which write their ids and paths into it).
+// Throws thpc::Error naming `source` when a parameter of the table is missing or another
+// size (a checkpoint of another architecture).
+std::string parameters_sha256(const Checkpoint& checkpoint, const ModelConfig& model,
+                              const std::string& source);
+
 // Loads the parameters of any checkpoint (a step or an average) into `model`, after
 // checking the architecture: what decoding and checkpoint.init start from.
 void load_parameters(const std::string& path, Transformer& model);

@@ -235,6 +235,16 @@ EpochsEnd end_of_epochs_from(BatchSource& data, int64_t budget, int ranks,
   return end_of_epochs(train.max_epochs, per_epoch, per_step, read, completed);
 }
 
+void note_other_arithmetic(const Checkpoint& checkpoint, const std::string& computed_by,
+                           std::ostream& log) {
+  const std::string then = ini_header_value(checkpoint.config_ini, kComputedBy);
+  if (then.empty() || then == computed_by) return;
+  log << "note: the checkpoint's steps were computed by " << then << "; this run's are by "
+      << computed_by << ": training goes on, but its losses may differ from those of a run "
+      << "computed by one of them throughout in the last bits (matrix products and sums "
+      << "taken in another order round otherwise)" << std::endl;
+}
+
 std::vector<std::string> log_resume_notes(const Checkpoint& checkpoint, const std::string& path,
                                           const std::optional<Config>& written,
                                           const Config& config, int ranks, bool on_gpu,

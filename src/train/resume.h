@@ -58,4 +58,13 @@ std::vector<std::string> log_resume_notes(const Checkpoint& checkpoint, const st
                                           const std::string& data_position_note,
                                           std::ostream& log);
 
+// A note when `checkpoint` was computed otherwise than this run computes (`computed_by`,
+// compute_identity's: the backend, the matrix products' library and kernels, the GPU),
+// as its stored configuration's header says (kComputedBy): its losses may then
+// differ from an uninterrupted run's in the last bits (a helper's walk: a requeue without
+// OPENBLAS_CORETYPE, on a node of another kind, differed without a word). Nothing for a
+// checkpoint that does not say (written before 2026-12-07).
+void note_other_arithmetic(const Checkpoint& checkpoint, const std::string& computed_by,
+                           std::ostream& log);
+
 }  // namespace thpc

@@ -141,7 +141,26 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
       fs::absolute(options.dir, error).lexically_normal() != fs::path(metrics_run_dir) &&
       !fs::equivalent(options.dir, metrics_run_dir, error);
   const bool found_nothing = !options.resume.empty() && resumed_from.empty();
-  if (found_nothing && !metrics_of_another_directory) return "";
+  // ... unless that file's last run wrote checkpoints, which are gone (a finished run's
+  // directory cleaned of its .h5 files and used again): not a start that saved nothing,
+  // and the new run's records appended to that run's (before: without a word, and the
+  // plots drew the new run alone, a helper's sweep).
+  // (Step checkpoints there, all damaged, are auto_or_fresh's choice to start over: moved
+  // aside, not lost. A best.h5 or an average left there would be written over.)
+  const bool step_files_there = [&] {
+    std::error_code unreadable;
+    for (const fs::directory_entry& entry : fs::directory_iterator(options.dir, unreadable)) {
+      const std::string name = entry.path().filename().string();
+      if (is_run_checkpoint_file(name) && name.rfind("step_", 0) == 0) return true;
+    }
+    return false;
+  }();
+  int64_t lost_at_step = 0;
+  const int64_t lost_checkpoints =
+      found_nothing && !metrics_of_another_directory && !step_files_there
+          ? MetricsFile::last_run_checkpoints_written(metrics, &lost_at_step)
+          : 0;
+  if (found_nothing && !metrics_of_another_directory && lost_checkpoints == 0) return "";
   const bool fresh = options.resume.empty() || found_nothing;
   std::vector<std::string> foreign;
   for (const fs::directory_entry& entry : fs::directory_iterator(options.dir, error)) {
@@ -210,6 +229,19 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
            "yourself, or give this run another checkpoint.dir";
   }
   std::ostringstream message;
+  if (lost_checkpoints > 0) {
+    message << "checkpoint.resume = " << options.resume << " found nothing to resume in "
+            << "checkpoint.dir " << options.dir << ", but its metrics file " << metrics
+            << " records the " << lost_checkpoints << " checkpoint"
+            << (lost_checkpoints > 1 ? "s" : "") << " of run "
+            << MetricsFile::last_run_id(metrics) << " (its last summary at step " << lost_at_step
+            << "), which are no longer there (deleted or moved): a new run would append its "
+            << "records to that run's, and its plots would draw the new curves alone; give "
+            << "this run another checkpoint.dir (and train.metrics_dir), move " << metrics
+            << " and its event files away, or set checkpoint.overwrite = true to delete them "
+            << "first";
+    return message.str();
+  }
   message << "checkpoint.dir " << options.dir << " and the directory of its metrics file "
           << metrics << " hold " << foreign.size() << " file" << (foreign.size() > 1 ? "s" : "")
           << " of another run";

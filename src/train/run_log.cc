@@ -104,6 +104,8 @@ std::string json_string(const std::string& text) {
       if (c == '"' || c == '\\') {
         quoted += '\\';
         quoted += c;
+      } else if (c == '\n') {
+        quoted += "\\n";  // as json.dumps writes it: a stored configuration's lines
       } else if (static_cast<unsigned char>(c) < 0x20) {
         escape("\\u%04x", static_cast<unsigned char>(c));
       } else {
@@ -134,12 +136,16 @@ std::string last_run_record_string(const std::string& text, const std::string& k
   if (found == std::string::npos || (line_end != std::string::npos && found > line_end)) {
     return "";
   }
-  // Read back as json_string writes: \" and \\, \u00XX for a control character and \udcXX
-  // for a byte that is not UTF-8 (the low byte is the character in both).
+  // Read back as json_string writes: \" and \\, \n, \u00XX for another control character
+  // and \udcXX for a byte that is not UTF-8 (the low byte is the character in both).
   std::string value;
   for (size_t i = found + quoted_key.size(); i < text.size() && text[i] != '"'; ++i) {
     if (text[i] == '\\' && i + 1 < text.size()) {
       ++i;
+      if (text[i] == 'n') {
+        value += '\n';
+        continue;
+      }
       if (text[i] == 'u' && i + 4 < text.size()) {
         value += static_cast<char>(std::strtol(text.substr(i + 1, 4).c_str(), nullptr, 16) &
                                    0xff);
@@ -162,6 +168,34 @@ std::string MetricsFile::last_run_id(const std::string& path, bool* has_records)
 
 std::string MetricsFile::last_run_checkpoint_dir(const std::string& path) {
   return last_run_record_string(file_text(path), "checkpoint_dir");
+}
+
+int64_t MetricsFile::last_run_checkpoints_written(const std::string& path,
+                                                  int64_t* last_summary_step) {
+  const std::string text = file_text(path);
+  const std::string last_run = last_run_record_string(text, "run");
+  if (last_run.empty()) return 0;
+  const std::string run_record = "{\"kind\": \"run\", ";
+  const std::string summary = "{\"kind\": \"summary\", \"step\": ";
+  const std::string count_key = "\"checkpoints\": ";
+  std::istringstream lines(text);
+  std::string line, run;
+  int64_t written = 0;
+  while (std::getline(lines, line)) {
+    if (line.rfind(run_record, 0) == 0) {
+      run = last_run_record_string(line, "run");
+    } else if (run == last_run && line.rfind(summary, 0) == 0) {
+      const size_t count_at = line.find(count_key);
+      if (count_at == std::string::npos) continue;
+      const int64_t count = std::strtoll(line.c_str() + count_at + count_key.size(), nullptr, 10);
+      if (count <= 0) continue;
+      written += count;
+      if (last_summary_step) {
+        *last_summary_step = std::strtoll(line.c_str() + summary.size(), nullptr, 10);
+      }
+    }
+  }
+  return written;
 }
 
 bool MetricsFile::records_no_value(const std::string& path) {
@@ -366,26 +400,33 @@ void MetricsFile::give_up(const std::string& what, int64_t step, std::string adv
              << "run; resume to record again)" << std::endl;
 }
 
-void MetricsFile::write_run_start(int64_t step, const std::string& run_id,
-                                  const std::string& resumed_from,
-                                  const std::string& checkpoint_dir, const std::string& lineage,
-                                  const std::string& init, const std::string& valid_sha256) {
+void MetricsFile::write_run_start(const RunStart& start) {
   if (!file_.is_open()) return;
   const double now = std::chrono::duration<double>(
                          std::chrono::system_clock::now().time_since_epoch())
                          .count();
   std::ostringstream record;
-  record << "{\"kind\": \"run\", \"step\": " << step << ", \"wall_s\": 0, \"time\": "
-         << std::fixed << std::setprecision(3) << now << ", \"run\": " << json_string(run_id)
-         << ", \"resumed_from\": " << (resumed_from.empty() ? "null" : json_string(resumed_from))
-         << ", \"checkpoint_dir\": " << json_string(checkpoint_dir)
-         << ", \"lineage\": " << json_string(lineage);
-  if (!init.empty()) record << ", \"init\": " << json_string(init);
-  if (!valid_sha256.empty()) record << ", \"valid_sha256\": " << json_string(valid_sha256);
+  record << "{\"kind\": \"run\", \"step\": " << start.step << ", \"wall_s\": 0, \"time\": "
+         << std::fixed << std::setprecision(3) << now << ", \"run\": " << json_string(start.run_id)
+         << ", \"resumed_from\": "
+         << (start.resumed_from.empty() ? "null" : json_string(start.resumed_from))
+         << ", \"checkpoint_dir\": " << json_string(start.checkpoint_dir)
+         << ", \"lineage\": " << json_string(start.lineage);
+  for (const auto& [key, value] : std::vector<std::pair<const char*, const std::string*>>{
+           {"init", &start.init},
+           {"valid_sha256", &start.valid_sha256},
+           {"corpus_sha256", &start.corpus_sha256},
+           {"version", &start.version},
+           {"computed_by", &start.computed_by},
+           {"config_file", &start.config_file},
+           {"command_line", &start.command_line},
+           {"config", &start.config}}) {
+    if (!value->empty()) record << ", \"" << key << "\": " << json_string(*value);
+  }
   record << "}\n";
   append(record.str());
   // (Its failure is said as the first record's: the file was just opened.)
-  events_.write_session_start(step + 1, now);
+  events_.write_session_start(start.step + 1, now);
 }
 
 void MetricsFile::write_branch(int64_t step, double wall_s, const std::string& lineage) {

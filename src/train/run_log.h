@@ -64,19 +64,32 @@ class MetricsFile {
 
   // The record a process writes when it starts training: {"kind": "run", "step": STEP,
   // "wall_s": 0, "time": ..., "run": "ID", "resumed_from": "PATH" or null,
-  // "checkpoint_dir": "ABSOLUTE PATH", "lineage": "STEP:ID ..."}. It marks where a
+  // "checkpoint_dir": "ABSOLUTE PATH", "lineage": "STEP:ID ...", ...}. It marks where a
   // process's records begin, and says whose file it is (last_run_id), where that run's
   // checkpoints are (last_run_checkpoint_dir) and which line of training its records are
   // on (the last of its lineage, Checkpoint::lineage: a reader keeps the records of the
   // final record's lineage, tools/plot_metrics.py). Its Event is a session start at step +
-  // 1, so that TensorBoard drops the values earlier processes logged past `step`. Two
-  // fields only when they are known: "init": PATH (checkpoint.init's parameters began a
-  // new run: its curves are a fine-tuning's, not a run from scratch) and "valid_sha256": the
-  // validation pairs' digest (BatchSource::corpus_sha256), whose change between processes
-  // says that the validation values before and after are of two sets.
-  void write_run_start(int64_t step, const std::string& run_id, const std::string& resumed_from,
-                       const std::string& checkpoint_dir, const std::string& lineage,
-                       const std::string& init = "", const std::string& valid_sha256 = "");
+  // 1, so that TensorBoard drops the values earlier processes logged past `step`. Then
+  // those of RunStart's fields below that are known: what the run's curves were trained
+  // with, readable when its checkpoints are deleted (a helper's sweep: the settings were
+  // in the checkpoints alone, and a resume's changed ones in its log's notes).
+  struct RunStart {
+    int64_t step = 0;
+    std::string run_id, resumed_from, checkpoint_dir, lineage;
+    // checkpoint.init's parameters began a new run: its curves are a fine-tuning's, not a
+    // run from scratch.
+    std::string init;
+    // The validation pairs' digest (BatchSource::corpus_sha256), whose change between
+    // processes says that the validation values before and after are of two sets; and
+    // the training data's.
+    std::string valid_sha256, corpus_sha256;
+    std::string version;      // source_version(): the program's
+    std::string computed_by;  // compute_identity(): the backend, the products' kernels
+    // The config file (absolute), the settings given on the command line over it
+    // (Config::command_line_text) and the resolved configuration (Config::to_ini()).
+    std::string config_file, command_line, config;
+  };
+  void write_run_start(const RunStart& start);
   // A rollback to the checkpoint of `step` (its line `lineage`): {"kind": "branch", "step":
   // STEP, "wall_s": ..., "time": ..., "lineage": "..."}, the records after it on that line,
   // and a session start at step + 1.
@@ -87,6 +100,11 @@ class MetricsFile {
   static std::string last_run_id(const std::string& path, bool* has_records = nullptr);
   // The "checkpoint_dir" of that record, "" when it has none (written before 2026-12-02).
   static std::string last_run_checkpoint_dir(const std::string& path);
+  // The checkpoints the last run of the metrics file at `path` says it wrote: the sum of
+  // "checkpoints" over the summaries of that run's processes, and in *last_summary_step
+  // the step of the last summary that counted some (0 and unset when none did).
+  static int64_t last_run_checkpoints_written(const std::string& path,
+                                              int64_t* last_summary_step);
 
   // Whether `path` may be appended to as a metrics file: it is absent, empty, or its
   // first line is a record ({"kind": ...). Anything else (a symbolic link to a model, a

@@ -89,7 +89,7 @@ void RunProgress::log_step_unless_logged(int64_t max_steps, int64_t peak_memory_
 void RunProgress::log_summary(int64_t completed_step, const ValidationRecord& best,
                               const Config& config, int checkpoints_written,
                               const DivergenceState& divergence, const std::string& ended,
-                              int stop_signal) {
+                              int stop_signal, const std::string& params_sha256) {
   const double wall = seconds_since_start();
   const auto best_field = [](const std::string& metric, const BestValidation& record) {
     LogField field =
@@ -127,9 +127,22 @@ void RunProgress::log_summary(int64_t completed_step, const ValidationRecord& be
                                      std::to_string(best.of(kept_metric).step) + ")"));
   }
   out << "summary: " << log_line("", fields) << std::endl;
+  // The steps of the best values follow them in the record (null without a value).
+  std::vector<LogField> record;
+  for (const LogField& field : fields) {
+    record.push_back(field);
+    for (const std::string& metric : {std::string("ppl"), config.train.valid_metric}) {
+      if (field.key != "best_valid_" + metric) continue;
+      const BestValidation& of = best.of(metric);
+      record.push_back(fixed_field("", field.key + "_step",
+                                   std::isnan(of.value) ? NAN : static_cast<double>(of.step),
+                                   0));
+    }
+  }
   std::vector<std::pair<std::string, std::string>> texts = {{"ended", ended}};
   if (stop_signal != 0) texts.emplace_back("stop_signal", stop_signal_name(stop_signal));
-  metrics.write("summary", completed_step, wall, fields, texts);
+  if (!params_sha256.empty()) texts.emplace_back("params_sha256", params_sha256);
+  metrics.write("summary", completed_step, wall, record, texts);
 }
 
 }  // namespace thpc

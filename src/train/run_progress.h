@@ -45,10 +45,14 @@ class RunProgress {
   // says how the run `ended` ("finished", "time_limit", "patience", "stopped",
   // "diverged") and, when stopped, by which `stop_signal` ("stop_signal": "SIGUSR1"): what
   // a job script reads to tell a stop its ranks were sent (srun's steps; the batch shell
-  // heard nothing) from the end of training.
+  // heard nothing) from the end of training. The record alone holds each best value's
+  // step ("best_valid_ppl_step", the line prints it in brackets) and, at the end of
+  // training, the final parameters' `params_sha256` (the `final:` line's): a sweep's runs
+  // are compared from their files, not their logs (a helper's sweep).
   void log_summary(int64_t completed_step, const ValidationRecord& best, const Config& config,
                    int checkpoints_written, const DivergenceState& divergence,
-                   const std::string& ended, int stop_signal = 0);
+                   const std::string& ended, int stop_signal = 0,
+                   const std::string& params_sha256 = "");
 
   // When the log is standard output and what was written there did not all reach it (a
   // full disk or a file-size limit under `> train.log`): one warning on standard error,

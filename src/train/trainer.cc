@@ -22,6 +22,7 @@
 #include "common/cores.h"
 #include "common/error.h"
 #include "common/sha256.h"
+#include "common/source_version.h"
 #include "distributed/rank_failures.h"
 #include "train/footprint.h"
 #include "train/idle_settings.h"
@@ -195,6 +196,14 @@ Trainer::Trainer(const Config& config, Communicator comm)
   lineage_ = {BranchStart{0, run_id_}};  // a fresh run's line; a resume continues another
   std::error_code no_directory;  // removed under the process: recorded as unknown
   working_directory_ = std::filesystem::current_path(no_directory).string();
+  computed_by_ = compute_identity(*backend_, device_);
+  // What ran the run heads the configuration each checkpoint stores, in comment lines
+  // that every version reads past: the settings alone did not say how to run it again.
+  provenance_ = {header_line(kWrittenBy, version_line("transformer_hpc")),
+                 header_line(kComputedBy, computed_by_)};
+  if (!config_.command_line_keys.empty()) {
+    provenance_.push_back(header_line(kCommandLine, config_.command_line_text()));
+  }
   sums_ = std::make_unique<GradientSums>(config_, comm_, *backend_, model_->params().count());
 }
 
@@ -357,7 +366,7 @@ Checkpoint Trainer::snapshot_without_state() const {
   checkpoint.world_size = comm_.size();
   checkpoint.data_position = source_->position();
   checkpoint.architecture = architecture_text(config_.model, model_->vocab_size());
-  checkpoint.config_ini = config_.to_ini();
+  checkpoint.config_ini = config_.to_ini(provenance_);
   // The vocabulary travels with the parameters, so that decoding needs only the file.
   if (const std::string* model = source_->spm_model()) checkpoint.spm_model = *model;
   checkpoint.direction = source_->direction();
@@ -519,6 +528,7 @@ void Trainer::resume_from(const std::string& path, Checkpoint& checkpoint,
       log_resume_notes(checkpoint, path, written, config_, comm_.size(),
                        /*on_gpu=*/backend_->device() >= 0, data_position_note_, log);
   if (!valid_change_note_.empty()) log << valid_change_note_ << std::endl;
+  note_other_arithmetic(checkpoint, computed_by_, log);
   if (completed_steps_ >= config_.train.max_steps) {
     log << "note: the checkpoint is at step " << completed_steps_ << ", train.max_steps is "
         << config_.train.max_steps << ": no step is left to train (raise train.max_steps "
@@ -779,11 +789,27 @@ void Trainer::begin_training(RunProgress& run) {
   }
   // (Absolute: a run that finds nothing to resume tells its own earlier start's file from
   // another run's by it, whatever directory each was started from.)
-  run.metrics.write_run_start(
-      run.first_step, run_id_, resumed_from_,
-      std::filesystem::absolute(config_.checkpoint.dir).lexically_normal().string(),
-      lineage_text(lineage_), resumed_from_.empty() ? config_.checkpoint.init : "",
-      valid_source_ ? valid_source_->corpus_sha256() : "");
+  MetricsFile::RunStart start;
+  start.step = run.first_step;
+  start.run_id = run_id_;
+  start.resumed_from = resumed_from_;
+  start.checkpoint_dir =
+      std::filesystem::absolute(config_.checkpoint.dir).lexically_normal().string();
+  start.lineage = lineage_text(lineage_);
+  start.init = resumed_from_.empty() ? config_.checkpoint.init : "";
+  start.valid_sha256 = valid_source_ ? valid_source_->corpus_sha256() : "";
+  start.corpus_sha256 = source_->corpus_sha256();
+  start.version = source_version();
+  start.computed_by = computed_by_;
+  std::error_code unknown;  // (a file that cannot be found again: written as given)
+  start.config_file = config_.source_file.empty()
+                          ? ""
+                          : std::filesystem::absolute(config_.source_file, unknown)
+                                .lexically_normal()
+                                .string();
+  start.command_line = config_.command_line_text();
+  start.config = config_.to_ini();
+  run.metrics.write_run_start(start);
 }
 
 StepDecision Trainer::decide_step(const StepStats& stats, DivergenceKind divergence,
@@ -1049,7 +1075,7 @@ RunEnd Trainer::finish_training(RunProgress& run) {
                       : completed_steps_ >= schedule_.max_steps() ? "finished"
                                                                   : "time_limit";
   run.log_summary(completed_steps_, best_valid_, config_, checkpoints_written_,
-                  detector_->state(), ended);
+                  detector_->state(), ended, 0, digest);
   // A run resumed at its last step trains no step: it has no loss of its own to print.
   std::ostringstream loss;
   if (run.steps_trained > 0) {

@@ -232,6 +232,11 @@ class Trainer {
   std::string run_id_;
   // This process's working directory at the start (Checkpoint::working_directory).
   std::string working_directory_;
+  // What computes this process's steps (compute_identity), and the comment lines that
+  // head the configuration its checkpoints store (Config::to_ini(header)): the program's
+  // version, computed_by_, the command line's settings.
+  std::string computed_by_;
+  std::vector<std::string> provenance_;
 
   std::string resumed_from_;  // the checkpoint this process resumed from, or "".
   std::vector<BranchStart> resumed_lineage_;  // its lineage (Checkpoint::lineage)

@@ -34,6 +34,34 @@ int64_t micro_batch_budget(const Config& config, const Communicator& comm) {
   return micro_batch_budget(config.train.tokens_per_step, config.train.accumulate, comm.size());
 }
 
+namespace {
+
+// The settings --eval reads that change the numbers it prints (the loss's smoothing, the
+// validation translation and its score, the batches' rounding), where the configuration
+// given differs from the checkpoint's run: "model.label_smoothing = 0.1 (was 0), ...", ""
+// when none does. A sweep's base configuration gave each variant's --eval the base's label
+// smoothing, and the losses compared were not those the runs logged (a helper's sweep).
+std::string eval_settings_differing(const Config& config, const Checkpoint& checkpoint) {
+  static const char* const kRead[] = {
+      "model.label_smoothing", "train.tokens_per_step", "train.accumulate",
+      "train.valid_bleu",      "train.valid_metric",    "train.valid_beam",
+      "train.valid_bleu_tokenize", "decode.alpha",      "decode.max_len_a",
+      "decode.max_len_b"};
+  if (checkpoint.config_ini.empty()) return "";
+  std::string listed;
+  for (const ConfigDifference& difference :
+       config_differences(config.to_ini(), checkpoint.config_ini)) {
+    if (std::find(std::begin(kRead), std::end(kRead), difference.key) == std::end(kRead)) {
+      continue;
+    }
+    listed += (listed.empty() ? "" : ", ") + difference.key + " = " + difference.value +
+              " (was " + difference.reference + ")";
+  }
+  return listed;
+}
+
+}  // namespace
+
 // A failure to read what BLEU needs from the validation shards is the data's, like the
 // shards' other checks.
 std::unique_ptr<ValidationBleu> make_validation_bleu(const Config& config,
@@ -127,6 +155,7 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
   std::unique_ptr<ShardReader> shards;
   std::unique_ptr<Transformer> model;
   int64_t step = 0;  // the checkpoint's
+  std::string settings_differing;  // eval_settings_differing's
   // As training's start-up: a rank stopped or hung while it reads ends the job after
   // dist.timeout_s without a sign of work (the reads give one between their blocks).
   std::optional<Communicator::WaitLimit> reading;
@@ -192,6 +221,7 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
                                           *backend, config.train.seed);
     load_parameters(checkpoint, path, *model);
     step = checkpoint.step;
+    settings_differing = eval_settings_differing(config, checkpoint);
     // Evaluated all the same (what it scores is the diagnosis), and said.
     if (checkpoint.state == CheckpointState::Diverged && comm.is_root()) {
       std::cerr << "note: " << path << " is marked diverged: its run judged its parameters "
@@ -227,8 +257,15 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
     return;
   }
   if (!comm.is_root()) return;
+  if (!settings_differing.empty()) {
+    log << "note: settings that --eval reads differ from those of the run that wrote " << path
+        << ": " << settings_differing << "; the line below is this configuration's, not the "
+        << "one that run logged (give its settings to compare with its log)" << std::endl;
+  }
+  // The parameters' digest, as the final: line of a run that ended with them prints it.
   log << "evaluated " << path << " (step " << step << ") on " << config.data.dir
-      << "/" << config.data.valid << ".*.h5" << std::endl;
+      << "/" << config.data.valid << ".*.h5; params_sha256=" << model->params().sha256_hex()
+      << std::endl;
   log << log_line("valid step " + std::to_string(step), validation_fields(stats))
       << std::endl;
 }
