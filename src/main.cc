@@ -165,6 +165,13 @@ DryRunStart check_the_start(const thpc::Config& config, const std::string& chose
         notes << "note: training would mark " << back << " healthy again (the resume to step "
               << start.step << " continues its branch)" << std::endl;
       }
+      for (const std::string& best :
+           thpc::CheckpointKeeping(config).best_of_other_branches(start.run_id, start.lineage,
+                                                                   start.step)) {
+        notes << "note: training would move " << best << " into " << options.dir
+              << "/best_of_branch_left_at_" << start.step << "/ (of the branch the resume "
+              << "leaves)" << std::endl;
+      }
     }
     // The notes the resume prints: the settings that differ from the checkpoint's run and
     // the learning rate's jump (a dry run before a changed resume said none: a helper's

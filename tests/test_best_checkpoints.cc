@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -616,6 +617,66 @@ TEST_F(BestCheckpointsTraining, AResumedRunContinuesTheSetFromTheFiles) {
   }
   expect_same_tensors(read_checkpoint(path("split/average_best3.h5"), CheckpointParts::ParamsOnly).params,
                       read_checkpoint(path("whole/average_best3.h5"), CheckpointParts::ParamsOnly).params);
+}
+
+// A resume from an older checkpoint starts another branch with the checkpoint's best
+// values: the best files of the branch it leaves (later steps) move into
+// best_of_branch_left_at_STEP/, where the next best.h5 cannot write over a better one of
+// theirs and average_best cannot mix them with the new branch's (a note of the fine-tuning
+// walk); those of steps the checkpoint was trained through stay.
+TEST_F(BestCheckpointsTraining, AResumeFromAnOlderCheckpointSetsTheLeftBranchsBestFilesAside) {
+  std::ostringstream first;
+  Trainer(config("run", {"train.max_steps=12", "checkpoint.keep=4"})).run(first);
+  const std::vector<int64_t> before = kept_steps("run");
+  ASSERT_FALSE(before.empty()) << first.str();
+  const int64_t best_h5_step = read_checkpoint(path("run/best.h5")).step;
+  // (the branch to leave holds best files: else this tests nothing)
+  ASSERT_TRUE(before.back() > 6 || best_h5_step > 6) << first.str();
+  const std::string from = path("run/step_00000006.h5");
+  ASSERT_TRUE(fs::exists(from)) << first.str();
+  // (the dry run says what training will move)
+  const ProcessResult dry = run_process(
+      thpc::binary_dir() + "/transformer_hpc " THPC_SOURCE_DIR "/input/numbers.ini" +
+      " --data.dir=" + (corpus_ / "data").string() + " --model.layers=1 --train.max_steps=8" +
+      " --train.warmup_steps=4 --train.lr_scale=4 --train.valid_every=2 --train.valid_bleu=false" +
+      " --checkpoint.every_steps=3 --checkpoint.keep=4 --checkpoint.keep_best=ppl" +
+      " --checkpoint.keep_best_count=3 --checkpoint.average_best=3 --checkpoint.dir=" +
+      path("run") + " --train.metrics_dir=" + path("run") + " --checkpoint.resume=" + from +
+      " --dry-run");
+  ASSERT_EQ(dry.exit_code, 0) << dry.output;
+  std::ostringstream second;
+  Trainer(config("run", {"train.max_steps=8", "checkpoint.keep=4",
+                         "checkpoint.resume=" + from})).run(second);
+  const fs::path aside = path("run/best_of_branch_left_at_6");
+  for (const int64_t step : before) {
+    const std::string name = best_checkpoint_file_name(step);
+    SCOPED_TRACE(name);
+    EXPECT_EQ(fs::exists(aside / name), step > 6) << second.str();
+    if (step > 6) {
+      EXPECT_NE(second.str().find("moved " + path("run/" + name) + " into " + aside.string() +
+                                  ": of the branch the resume to step 6 leaves"),
+                std::string::npos)
+          << second.str();
+      EXPECT_NE(dry.output.find("# note: training would move " + path("run/" + name) + " into " +
+                                path("run") + "/best_of_branch_left_at_6/"),
+                std::string::npos)
+          << dry.output;
+    }
+  }
+  EXPECT_EQ(fs::exists(aside / "best.h5"), best_h5_step > 6) << second.str();
+  // The set in the run directory is the new branch's (its line begins at step 6) and its
+  // ancestors' (the run's first line): none of the branch left.
+  for (const CheckpointSummary& kept : best_checkpoint_summaries(path("run"))) {
+    if (kept.step > 6) {
+      EXPECT_TRUE(kept.branch && kept.branch->step == 6) << kept.path;
+    } else {
+      EXPECT_FALSE(kept.branch.has_value()) << kept.path;
+    }
+  }
+  const std::optional<CheckpointSummary> best = read_checkpoint_summary(path("run/best.h5"));
+  if (best && best->step > 6) {
+    EXPECT_TRUE(best->branch && best->branch->step == 6);
+  }
 }
 
 TEST_F(BestCheckpointsTraining, BleuKeepsTheHighestAndFewerValidationsAverageWhatExists) {

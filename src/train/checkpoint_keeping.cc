@@ -644,6 +644,43 @@ std::string CheckpointKeeping::resume_point_text() const {
   return point.empty() ? "none (no healthy checkpoint in " + config_.checkpoint.dir + ")" : point;
 }
 
+namespace {
+
+// Moves `paths` (best files of checkpoint.dir `dir`) into the new folder DIR/BASE (".2",
+// ".3", ... when that is taken), saying each on `log` with `why`; a folder that cannot be
+// made, or a file that cannot be moved, stays where it is, with a warning.
+void move_best_files_into_a_folder(const std::filesystem::path& dir, const std::string& base,
+                                   std::vector<std::filesystem::path> paths,
+                                   const std::string& why, std::ostream& log) {
+  namespace fs = std::filesystem;
+  if (paths.empty()) return;
+  std::sort(paths.begin(), paths.end());
+  std::error_code error;
+  fs::path folder = dir / base;
+  for (int next = 2; fs::exists(folder, error); ++next) {
+    folder = dir / (base + "." + std::to_string(next));
+  }
+  fs::create_directory(folder, error);
+  if (error) {
+    log << "warning: cannot make " << folder.string() << " (" << error.message() << "): the "
+        << "best checkpoints " << why << " stay in " << dir.string() << ", ranked with this "
+        << "run's" << std::endl;
+    return;
+  }
+  for (const fs::path& path : paths) {
+    fs::rename(path, folder / path.filename(), error);
+    if (error) {
+      log << "warning: cannot move " << path.string() << " into " << folder.string() << " ("
+          << error.message() << "): it stays, ranked with this run's" << std::endl;
+      continue;
+    }
+    log << "moved " << path.string() << " into " << folder.string() << ": " << why
+        << ", it ranks with neither this run's best nor its average_best" << std::endl;
+  }
+}
+
+}  // namespace
+
 void CheckpointKeeping::set_aside_best_of_earlier_validation(
     const std::string& earlier_valid_sha256, std::ostream& log) const {
   namespace fs = std::filesystem;
@@ -654,31 +691,42 @@ void CheckpointKeeping::set_aside_best_of_earlier_validation(
     const std::string name = entry.path().filename().string();
     if (name == "best.h5" || is_best_checkpoint_name(name)) best.push_back(entry.path());
   }
-  if (best.empty()) return;
-  std::sort(best.begin(), best.end());
-  const std::string base = "best_of_valid_" + earlier_valid_sha256.substr(0, 12);
-  fs::path folder = dir / base;
-  for (int next = 2; fs::exists(folder, error); ++next) {
-    folder = dir / (base + "." + std::to_string(next));
-  }
-  fs::create_directory(folder, error);
-  if (error) {
-    log << "warning: cannot make " << folder.string() << " (" << error.message() << "): the "
-        << "best checkpoints of the earlier validation shards stay in " << dir.string()
-        << ", ranked with this run's" << std::endl;
-    return;
-  }
-  for (const fs::path& path : best) {
-    fs::rename(path, folder / path.filename(), error);
-    if (error) {
-      log << "warning: cannot move " << path.string() << " into " << folder.string() << " ("
-          << error.message() << "): it stays, ranked with this run's" << std::endl;
-      continue;
+  move_best_files_into_a_folder(dir, "best_of_valid_" + earlier_valid_sha256.substr(0, 12),
+                                best, "scored on the earlier validation shards", log);
+}
+
+std::vector<std::string> CheckpointKeeping::best_of_other_branches(
+    const std::string& run_id, const std::vector<BranchStart>& lineage, int64_t step) const {
+  namespace fs = std::filesystem;
+  std::vector<std::string> other;
+  std::error_code error;
+  for (const fs::directory_entry& entry :
+       fs::directory_iterator(config_.checkpoint.dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name != "best.h5" && !is_best_checkpoint_name(name)) continue;
+    const std::optional<CheckpointSummary> summary =
+        read_checkpoint_summary(entry.path().string());
+    if (!summary || (!summary->run_id.empty() && summary->run_id != run_id)) continue;
+    const OnLineage on =
+        where_on_lineage(summary->branch, summary->run_id, summary->step, lineage, step);
+    if (on == OnLineage::No || (on == OnLineage::Unknown && summary->step > step)) {
+      other.push_back(entry.path().string());
     }
-    log << "moved " << path.string() << " into " << folder.string() << ": scored on the "
-        << "earlier validation shards, it ranks with neither this run's best nor its "
-        << "average_best" << std::endl;
   }
+  std::sort(other.begin(), other.end());
+  return other;
+}
+
+void CheckpointKeeping::set_aside_best_of_other_branches(const std::string& run_id,
+                                                         const std::vector<BranchStart>& lineage,
+                                                         int64_t step, std::ostream& log) const {
+  const std::vector<std::string> other = best_of_other_branches(run_id, lineage, step);
+  move_best_files_into_a_folder(config_.checkpoint.dir,
+                                "best_of_branch_left_at_" + std::to_string(step),
+                                {other.begin(), other.end()},
+                                "of the branch the resume to step " + std::to_string(step) +
+                                    " leaves",
+                                log);
 }
 
 bool CheckpointKeeping::move_aside_a_damaged_best(std::ostream& log) const {

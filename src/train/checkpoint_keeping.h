@@ -175,6 +175,21 @@ class CheckpointKeeping {
   void set_aside_best_of_earlier_validation(const std::string& earlier_valid_sha256,
                                             std::ostream& log) const;
 
+  // After a resume from `step` (lineage `lineage`, of run `run_id`) that starts another
+  // branch: DIR/best.h5 and DIR/best_step_*.h5 of the branch it leaves (those the resumed
+  // checkpoint was not trained through, branch_changes' rule) move into
+  // DIR/best_of_branch_left_at_STEP/ (".2", ... when taken), a line each on `log`. The run's
+  // best values are the checkpoint's: the next validation that beat them wrote best.h5
+  // over the abandoned branch's better one, and average_best mixed the two branches (a
+  // note left by the fine-tuning walk). A return to that branch does not bring them
+  // back: the line said where they are. best_of_other_branches lists them (the dry run).
+  std::vector<std::string> best_of_other_branches(const std::string& run_id,
+                                                  const std::vector<BranchStart>& lineage,
+                                                  int64_t step) const;
+  void set_aside_best_of_other_branches(const std::string& run_id,
+                                        const std::vector<BranchStart>& lineage, int64_t step,
+                                        std::ostream& log) const;
+
   // After a resume: a DIR/best.h5 that does not verify is moved aside (best.h5.corrupt)
   // with a warning; true when it was (the caller drops the run's best value with it). A
   // later version's best.h5 is no damaged one: left as it is, with a note.

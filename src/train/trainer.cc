@@ -721,8 +721,11 @@ bool Trainer::start_up(std::ostream& out) {
   // went forward to it). resume=auto took the newest: nothing is later. A resume from a
   // superseded one returns to an abandoned branch: the branch it leaves is marked too, and
   // the abandoned one's checkpoints that led to it healthy again (their lineages say which).
+  // Its best files too: out of the new branch's ranking, its average_best and the next
+  // best.h5's way (the best values are the checkpoint's).
   if (comm_.is_root() && !resumed_from_.empty() && completed_steps_ < schedule_.max_steps()) {
     keeping_.follow_resumed_branch(run_id_, resumed_lineage_, completed_steps_, out);
+    keeping_.set_aside_best_of_other_branches(run_id_, resumed_lineage_, completed_steps_, out);
   }
   return true;
 }
