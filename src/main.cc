@@ -495,10 +495,13 @@ bool started_by_a_launcher() { return thpc::launcher_rank() >= 0; }
 // when neither is answered here.
 // --show-checkpoint FILE: what FILE records of the run that wrote it, as comment lines,
 // then its stored configuration, whose own head says what ran it (the program's version,
-// what computed it, the command line's settings): an ini file that runs it again, and
+// what computed it, the command line's settings): an ini file that trains it again, and
 // that `diff` sets beside another run's (a helper's sweep and reproducibility walks: the
 // settings were in the files' HDF5 attributes alone). The parameters' params_sha256 is
-// the one the final: line of the run that ended with them prints.
+// the one the final: line of the run that ended with them prints. The keys that name the
+// run's own files (its checkpoint.dir, metrics directory, what it resumed from) are
+// commented out: a run from the file in someone else's directory resumed, or with
+// checkpoint.overwrite deleted, their run (a helper's walk as a model's recipient).
 void show_checkpoint(const std::string& path, std::ostream& out) {
   const thpc::Checkpoint checkpoint =
       thpc::read_checkpoint(path, thpc::CheckpointParts::ParamsOnly);
@@ -512,12 +515,20 @@ void show_checkpoint(const std::string& path, std::ostream& out) {
     score << std::fixed << std::setprecision(2) << checkpoint.validation->value;
     out << ", kept for its valid " << checkpoint.validation->metric << " " << score.str();
   }
-  if (checkpoint.adam_m.empty() && !checkpoint.quantized.empty()) out << ", quantized";
-  out << "\n";
+  if (!checkpoint.quantized.empty()) out << ", quantized";
+  out << "\n# architecture " << checkpoint.architecture << "\n";
+  if (!checkpoint.spm_model.empty()) {
+    out << "# SentencePiece model stored (" << checkpoint.spm_model.size() << " bytes, sha256 "
+        << thpc::sha256_hex(checkpoint.spm_model.data(), checkpoint.spm_model.size())
+        << "): transformer_decode reads it; transformer_preprocess --spm-model " << path
+        << " preprocesses with it\n";
+  }
+  if (!checkpoint.direction.empty()) out << "# direction " << checkpoint.direction << "\n";
   if (!checkpoint.run_id.empty()) {
     out << "# run " << checkpoint.run_id << ", lineage " << thpc::lineage_text(checkpoint.lineage)
         << ", " << checkpoint.world_size << (checkpoint.world_size == 1 ? " rank" : " ranks")
-        << ", seed " << checkpoint.seed << "\n";
+        << ", seed " << checkpoint.seed << ", data epoch " << checkpoint.data_position.epoch + 1
+        << " (index " << checkpoint.data_position.index << ")\n";
   }
   if (!checkpoint.corpus_sha256.empty()) {
     out << "# training pairs sha256 " << checkpoint.corpus_sha256 << "\n";
@@ -525,11 +536,35 @@ void show_checkpoint(const std::string& path, std::ostream& out) {
   if (!checkpoint.valid_sha256.empty()) {
     out << "# validation pairs sha256 " << checkpoint.valid_sha256 << "\n";
   }
-  if (!checkpoint.direction.empty()) out << "# direction " << checkpoint.direction << "\n";
+  if (!checkpoint.working_directory.empty()) {
+    out << "# working directory " << checkpoint.working_directory
+        << " (its relative paths below are relative to it)\n";
+  }
   const thpc::Config stored =
       thpc::load_config_text(checkpoint.config_ini, path + " (stored configuration)");
-  out << "# params_sha256=" << thpc::parameters_sha256(checkpoint, stored.model, path) << "\n"
-      << checkpoint.config_ini;
+  try {
+    out << "# params_sha256=" << thpc::parameters_sha256(checkpoint, stored.model, path)
+        << "\n";
+  } catch (const thpc::Error& error) {  // (parameters its configuration does not describe)
+    out << "# params_sha256 n/a: " << error.what() << "\n";
+  }
+  if (!stored.checkpoint.resume.empty()) {
+    out << "# note: the process that wrote it was started with checkpoint.resume = "
+        << stored.checkpoint.resume << ": its settings are that process's, and a resume may "
+        << "have changed some (each process's are in the run's metrics.jsonl run records)\n";
+  }
+  out << "# note: the keys that name the run's own files are commented out (\"# key = value "
+         "(the run's own)\"): a run from this file writes its own\n";
+  std::istringstream lines(checkpoint.config_ini);
+  std::string section;
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line[0] == '[') section = line;
+    const std::string key = line.substr(0, line.find(" = "));
+    const bool own = (section == "[checkpoint]" &&
+                      (key == "dir" || key == "resume" || key == "overwrite")) ||
+                     (section == "[train]" && key == "metrics_dir");
+    out << (own ? "# " + line + "  (the run's own)" : line) << "\n";
+  }
 }
 
 int answer_help_or_version(int argc, char** argv) {

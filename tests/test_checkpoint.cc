@@ -1764,6 +1764,7 @@ TEST_F(CheckpointTest, AveragingKnownValuesIsExact) {
 // parameters stand, and none of the state of the run at that step, which no run resumes
 // from them: before, an average kept its newest input's corpus, validation-set and
 // directory records and a pending validation, which transformer_quantize's copy dropped.
+// (An average names the data its inputs agree on: average_checkpoints.)
 TEST_F(CheckpointTest, ADerivedCheckpointKeepsTheModelAndNoneOfTheRunsState) {
   Trainer trainer(small_config(path("run")));
   trainer.step();
@@ -1815,6 +1816,9 @@ TEST_F(CheckpointTest, ADerivedCheckpointKeepsTheModelAndNoneOfTheRunsState) {
       expected.config_ini = with_header_lines(
           expected.config_ini,
           {header_line(kAveragedFrom, path("source.h5") + " (step 1, run 0123456789abcdef)")});
+      // (the data its inputs agree on)
+      expected.corpus_sha256 = source.corpus_sha256;
+      expected.valid_sha256 = source.valid_sha256;
     }
     EXPECT_EQ(state_difference(expected, made, path("made_"), false), "");
   }

@@ -1225,14 +1225,6 @@ TEST(ConfigText, StoredTextLoadsLikeItsFileAndNamesItsSourceInErrors) {
 namespace thpc {
 namespace {
 
-// A key of a closed set of values (model.norm, train.divergence, dist.reducer, ...) is
-// read in the code by comparing its string: a value misspelt there ("rolback"), or one
-// the table no longer holds, compiles and takes the other branch without a word (a
-// helper's changeability trial). Every `.KEY == "VALUE"` or `.KEY != "VALUE"` in the
-// sources, where KEY names such a key (also `.value_or(x.KEY) == "VALUE"`), and every
-// comparison of a name a file binds to such a key (`const std::string& policy =
-// config_.train.divergence;`, a member initialised `metric_(config.train.valid_metric)`),
-// must compare with one of its values.
 // What ran a configuration heads the text a checkpoint stores, as comment lines after the
 // text's own first line (and after lines added before: an average's after its run's), so
 // that the versions before them, which pass over comments, read the text as before; the
@@ -1262,8 +1254,29 @@ TEST(ConfigText, HeaderLinesHeadTheTextAndAreReadBackByTheirLabel) {
   EXPECT_EQ(ini_header_value("[train]\n# written by: someone\n", kWrittenBy), "");
   EXPECT_TRUE(config_differences(averaged, plain).empty());
   EXPECT_EQ(load_config_text(averaged, "stored").train.lr_scale, 2.0);
+  // An average of averages: its own line after its input's, which the label reads.
+  const std::string twice = with_header_lines(averaged, {header_line(kAveragedFrom, "b.h5")});
+  EXPECT_EQ(ini_header_value(twice, kAveragedFrom), "b.h5");
+  // A path with a line break (a file name may hold one) stays one comment line: the text
+  // stays an ini file (it was read as "invalid line", and a name could add settings).
+  const std::string broken =
+      with_header_lines(plain, {header_line(kAveragedFrom, "x\n[model]\nlayers = 7.h5")});
+  EXPECT_EQ(ini_header_value(broken, kAveragedFrom), "x\\n[model]\\nlayers = 7.h5");
+  EXPECT_EQ(load_config_text(broken, "stored").model.layers, config.model.layers);
+  Config named = config;
+  named.source_file = "a\nb.ini";
+  EXPECT_NE(named.to_ini().find("resolved from a\\nb.ini (file and"), std::string::npos);
+  EXPECT_NO_THROW(load_config_text(named.to_ini(), "stored"));
 }
 
+// A key of a closed set of values (model.norm, train.divergence, dist.reducer, ...) is
+// read in the code by comparing its string: a value misspelt there ("rolback"), or one
+// the table no longer holds, compiles and takes the other branch without a word (a
+// helper's changeability trial). Every `.KEY == "VALUE"` or `.KEY != "VALUE"` in the
+// sources, where KEY names such a key (also `.value_or(x.KEY) == "VALUE"`), and every
+// comparison of a name a file binds to such a key (`const std::string& policy =
+// config_.train.divergence;`, a member initialised `metric_(config.train.valid_metric)`),
+// must compare with one of its values.
 TEST(ConfigSources, EveryValueComparedWithAKeyOfAClosedSetIsOneOfItsValues) {
   std::map<std::string, std::set<std::string>> values_of;  // "norm" -> {"post", "pre"}
   for (const Option& option : option_table()) {

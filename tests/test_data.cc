@@ -1389,7 +1389,8 @@ TEST_F(PreprocessInput, BadTextInputFailsWithOneClearMessage) {
   EXPECT_EQ(not_a_model.exit_code, 1) << not_a_model.output;
   EXPECT_NE(not_a_model.output.find((dir / "bad.en").string() + ": not a SentencePiece model "
                                     "(give the .model file that spm_train or an earlier "
-                                    "transformer_preprocess wrote)"),
+                                    "transformer_preprocess wrote, or a checkpoint, which "
+                                    "stores its run's)"),
             std::string::npos)
       << not_a_model.output;
   EXPECT_EQ(not_a_model.output.find("Internal"), std::string::npos) << not_a_model.output;

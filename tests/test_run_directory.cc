@@ -236,8 +236,9 @@ TEST_F(RunDirectory, NothingToResumeIsANewRunInAnotherRunsMetricsDirectory) {
   // ... also after its run directory was moved (the directory its records name is gone:
   // no other run resumes from there; it was refused as another run's).
   fs::rename(directory_ / "c", directory_ / "c_moved");
-  const ProcessResult moved =
-      train("c_moved", "--train.max_steps=2 --checkpoint.resume=auto" + own_metrics);
+  const ProcessResult moved = train(
+      "c_moved", "--train.max_steps=2 --checkpoint.average_last=1 --checkpoint.resume=auto" +
+                     own_metrics);
   EXPECT_EQ(moved.exit_code, 0) << moved.output;
   EXPECT_EQ(run_records(own).size(), 3u);
 
@@ -245,9 +246,12 @@ TEST_F(RunDirectory, NothingToResumeIsANewRunInAnotherRunsMetricsDirectory) {
   // records the checkpoints it wrote, which are gone; not a start that saved nothing, and
   // a new run is refused, its records untouched (before: appended to that run's, and the
   // plots drew the new run alone; a helper's sweep). checkpoint.overwrite deletes them.
+  // Its average is left, which a new run would write over: named, and deleted with them.
+  const fs::path average = directory_ / "c_moved" / "checkpoints" / "average_last1.h5";
+  ASSERT_TRUE(fs::exists(average)) << moved.output;
   for (const fs::directory_entry& entry :
        fs::directory_iterator(directory_ / "c_moved" / "checkpoints")) {
-    if (entry.path().extension() == ".h5") fs::remove(entry.path());
+    if (entry.path().filename().string().rfind("step_", 0) == 0) fs::remove(entry.path());
   }
   const std::map<std::string, std::string> finished = contents(directory_ / "own");
   const ProcessResult reused =
@@ -263,12 +267,19 @@ TEST_F(RunDirectory, NothingToResumeIsANewRunInAnotherRunsMetricsDirectory) {
   EXPECT_NE(reused.output.find("(its last summary at step 2), which are no longer there"),
             std::string::npos)
       << reused.output;
+  EXPECT_NE(reused.output.find("and write over the 1 file of that run left in checkpoint.dir (" +
+                               average.string() + ")"),
+            std::string::npos)
+      << reused.output;
   EXPECT_EQ(contents(directory_ / "own"), finished);
+  EXPECT_TRUE(fs::exists(average));
   const ProcessResult overwritten = train(
       "c_moved",
       "--train.max_steps=2 --checkpoint.resume=auto --checkpoint.overwrite=true" + own_metrics);
   EXPECT_EQ(overwritten.exit_code, 0) << overwritten.output;
   EXPECT_EQ(run_records(own).size(), 1u);
+  EXPECT_NE(overwritten.output.find("note: removed " + average.string()), std::string::npos)
+      << overwritten.output;
 }
 
 // A run directory copied (cp -r base copy): its metrics file records the original's

@@ -386,6 +386,19 @@ TEST_F(RunOutputs, PlotsTableComparesRunsByTheirBestValuesAndTheSettingsThatDiff
                 line.substr(line.size() - last_column.size()) == last_column)
         << table.output;
   }
+  // A run whose last process wrote no summary (killed, or still training) is "running",
+  // not the end of the process before it.
+  fs::create_directories(root_ / "resumed_and_killed");
+  const std::string records = read_file(other / "metrics.jsonl");
+  std::string resumed = records.substr(0, records.find('\n') + 1);  // its run record ...
+  resumed.replace(resumed.find("\"step\": 0,"), 10, "\"step\": 4,");  // ... at step 4
+  std::ofstream(root_ / "resumed_and_killed" / "metrics.jsonl") << records << resumed;
+  const ProcessResult killed = run_process(
+      python_interpreter().path + " " THPC_SOURCE_DIR "/tools/plot_metrics.py " +
+      (root_ / "resumed_and_killed").string() + " --table");
+  ASSERT_EQ(killed.exit_code, 0) << killed.output;
+  EXPECT_NE(killed.output.find("\nresumed_and_killed  4      running"), std::string::npos)
+      << killed.output;
 }
 
 // The validation perplexity tools/plot_metrics.py reads from the metrics file `file`, as
@@ -858,8 +871,10 @@ TEST_F(RunOutputs, ShowCheckpointPrintsWhatItRecordsAsAnIniFileThatTrainsItAgain
   ASSERT_GT(lines.size(), 10u) << shown.output;
   EXPECT_EQ(lines[0].rfind("# checkpoint " + checkpoint + ": step 4, healthy, loss ", 0), 0u)
       << shown.output;
-  const std::regex run_line(R"(# run [0-9a-f]{16}, lineage 0:[0-9a-f]{16}, 1 rank, seed 1)");
-  EXPECT_TRUE(std::regex_match(lines[1], run_line)) << shown.output;
+  EXPECT_EQ(lines[1].rfind("# architecture layers=2 d_model=64 ", 0), 0u) << shown.output;
+  const std::regex run_line(R"(\n# run [0-9a-f]{16}, lineage 0:[0-9a-f]{16}, 1 rank, seed 1, )"
+                            R"(data epoch \d+ \(index \d+\)\n)");
+  EXPECT_TRUE(std::regex_search(shown.output, run_line)) << shown.output;
   // The digest the run's final: line printed.
   std::smatch final;
   ASSERT_TRUE(std::regex_search(run_.output, final, std::regex("params_sha256=(\\w{64})")));
@@ -872,11 +887,46 @@ TEST_F(RunOutputs, ShowCheckpointPrintsWhatItRecordsAsAnIniFileThatTrainsItAgain
   EXPECT_NE(shown.output.find("\n# command line: --train.max_steps=4 --train.log_every=2 "),
             std::string::npos)
       << shown.output;
-  // An ini file: read as a configuration, it is the one the checkpoint stores.
+  // An ini file: read as a configuration, it is the one the checkpoint stores, but for the
+  // keys that name the run's own files, commented out (a run from it in someone else's
+  // directory resumed their run, or deleted it with checkpoint.overwrite).
+  EXPECT_NE(shown.output.find("\n# dir = " + (root_ / "run/checkpoints").string() +
+                              "  (the run's own)\n"),
+            std::string::npos)
+      << shown.output;
   const fs::path ini = root_ / "shown.ini";
   std::ofstream(ini) << shown.output;
   const Config config = load_config(ini.string());
-  EXPECT_TRUE(config_differences(config.to_ini(), read_checkpoint(checkpoint).config_ini).empty());
+  std::set<std::string> differing;
+  for (const ConfigDifference& difference :
+       config_differences(config.to_ini(), read_checkpoint(checkpoint).config_ini)) {
+    differing.insert(difference.key);
+  }
+  EXPECT_EQ(differing, std::set<std::string>{"checkpoint.dir"});
+  // ... which trains the run again, in the working directory it names: the same digest.
+  const ProcessResult again =
+      run_process("cd " THPC_SOURCE_DIR " && " + kBuild + "transformer_hpc " + ini.string() +
+                  " --checkpoint.dir=" + (root_ / "again").string());
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("final: step=4 loss="), std::string::npos) << again.output;
+  EXPECT_NE(again.output.find(" params_sha256=" + final[1].str() + "\n"), std::string::npos)
+      << again.output;
+  // An int8 copy names its float source, by path and parameters, at the head of its
+  // configuration, and says it is quantized.
+  const fs::path int8 = root_ / "int8.h5";
+  ASSERT_EQ(run_process(kBuild + "transformer_quantize --checkpoint " + checkpoint +
+                        " --output " + int8.string())
+                .exit_code,
+            0);
+  const ProcessResult shown_int8 =
+      run_process(kBuild + "transformer_hpc --show-checkpoint " + int8.string());
+  ASSERT_EQ(shown_int8.exit_code, 0) << shown_int8.output;
+  EXPECT_NE(shown_int8.output.find(": step 4, healthy, quantized\n"), std::string::npos)
+      << shown_int8.output;
+  EXPECT_NE(shown_int8.output.find("\n# quantized from: " + checkpoint + " (step 4, " +
+                                   "params_sha256 " + final[1].str() + ")\n"),
+            std::string::npos)
+      << shown_int8.output;
   // Wrongly used: one line, and no other output.
   const ProcessResult missing =
       run_process(kBuild + "transformer_hpc --show-checkpoint " + (root_ / "none.h5").string());
@@ -889,6 +939,68 @@ TEST_F(RunOutputs, ShowCheckpointPrintsWhatItRecordsAsAnIniFileThatTrainsItAgain
   EXPECT_NE(more.output.find("--show-checkpoint takes one checkpoint file and nothing else"),
             std::string::npos)
       << more.output;
+}
+
+// A model's recipient has the checkpoint alone, no .model file: transformer_preprocess
+// --spm-model takes the model a checkpoint stores, and the shards it writes are ones the
+// checkpoint scores and fine-tunes on (the refusal's advice, "preprocess with the
+// checkpoint's model", could not be followed: "not a SentencePiece model"; a helper's walk).
+TEST_F(RunOutputs, PreprocessTakesTheSentencePieceModelACheckpointStores) {
+  ASSERT_EQ(run_.exit_code, 0) << run_.output;
+  const std::string checkpoint = (root_ / "run/checkpoints/step_00000004.h5").string();
+  const fs::path again = root_ / "with_its_model";
+  const std::string text = (root_ / "text").string();
+  const ProcessResult preprocessed = run_process(
+      kBuild + "transformer_preprocess --source-lang en --target-lang de --trainpref " + text +
+      "/train --validpref " + text + "/valid --destdir " + again.string() + " --spm-model " +
+      checkpoint);
+  ASSERT_EQ(preprocessed.exit_code, 0) << preprocessed.output;
+  EXPECT_NE(preprocessed.output.find("note: --spm-model " + checkpoint + ": the SentencePiece "
+                                     "model stored in the checkpoint"),
+            std::string::npos)
+      << preprocessed.output;
+  EXPECT_EQ(read_file(again / "spm.model"), read_checkpoint(checkpoint).spm_model);
+  const ProcessResult eval = run_process(kBuild + "transformer_hpc " THPC_SOURCE_DIR
+                                         "/input/numbers.ini --data.dir=" + again.string() +
+                                         " --eval " + checkpoint);
+  EXPECT_EQ(eval.exit_code, 0) << eval.output;
+  // A checkpoint without one (the synthetic task's) is refused, saying what to give.
+  const fs::path synthetic = root_ / "synthetic";
+  ASSERT_EQ(run_process(kBuild + "transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini "
+                        "--train.max_steps=1 --checkpoint.dir=" + synthetic.string())
+                .exit_code,
+            0);
+  const ProcessResult without = run_process(
+      kBuild + "transformer_preprocess --source-lang en --target-lang de --trainpref " + text +
+      "/train --validpref " + text + "/valid --destdir " + (root_ / "none").string() +
+      " --spm-model " +
+      (synthetic / "step_00000001.h5").string());
+  EXPECT_EQ(without.exit_code, 1) << without.output;
+  EXPECT_NE(without.output.find("a checkpoint that stores no SentencePiece model"),
+            std::string::npos)
+      << without.output;
+}
+
+// A fine-tuning's checkpoints name the model it began from (checkpoint.init's path alone
+// was kept, as given: a helper's walk as a model's recipient), and its resumes' too.
+TEST_F(RunOutputs, AFineTuningsCheckpointsNameTheModelItBeganFrom) {
+  ASSERT_EQ(run_.exit_code, 0) << run_.output;
+  const std::string base = (root_ / "run/checkpoints/step_00000004.h5").string();
+  const fs::path tuned = root_ / "tuned";
+  const std::string tune = trainer_command() + " --checkpoint.init=" + base +
+                           " --checkpoint.every_steps=1 --checkpoint.dir=" + tuned.string();
+  ASSERT_EQ(run_process(tune + " --train.max_steps=1").exit_code, 0);
+  const ProcessResult resumed = run_process(tune + " --train.max_steps=2 --checkpoint.resume=auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  std::smatch final;
+  ASSERT_TRUE(std::regex_search(run_.output, final, std::regex("params_sha256=(\\w{64})")));
+  const std::string run_id = read_checkpoint(base).run_id;
+  for (const char* step : {"step_00000001.h5", "step_00000002.h5"}) {
+    EXPECT_EQ(ini_header_value(read_checkpoint((tuned / step).string()).config_ini,
+                               kInitialisedFrom),
+              base + " (step 4, run " + run_id + ", params_sha256 " + final[1].str() + ")")
+        << step;
+  }
 }
 
 // The dry run of a resume says what the resume will say of what changed: the settings

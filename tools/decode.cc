@@ -1337,7 +1337,7 @@ int main(int argc, char** argv) {
        "checkpoint (a step or an average; required); several decode as an ensemble, the "
        "weighted mean of their log-probabilities at every step (fairseq --path a:b, Marian "
        "--models; models of any sizes with one vocabulary; the first checkpoint's [decode] "
-       "settings are the defaults)")
+       "settings are the defaults, which transformer_hpc --show-checkpoint FILE prints)")
       ("weights", po::value(&args.given_weights)->multitoken(),
        "ensemble weights, one per --checkpoint in order, each > 0, normalised to sum 1 "
        "(default: equal)")

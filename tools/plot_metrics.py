@@ -172,7 +172,8 @@ OWN_KEYS = {"checkpoint.dir", "train.metrics_dir", "checkpoint.resume", "checkpo
 
 
 def last_records(run):
-    """The last "run" and "summary" records of the run's metrics file (None where none)."""
+    """The last "run" record of the run's metrics file and the summary of that process
+    (None where none: a process killed, or still running, wrote none)."""
     last = {"run": None, "summary": None}
     with open(metrics_file(run), encoding="utf-8") as stream:
         for line in stream:
@@ -181,6 +182,8 @@ def last_records(run):
                     record = json.loads(line)
                 except ValueError:
                     continue  # (a line cut short: read_run has judged the file)
+                if record["kind"] == "run":
+                    last["summary"] = None  # an earlier process's is not this one's end
                 last[record["kind"]] = record
     return last["run"], last["summary"]
 
@@ -229,8 +232,11 @@ def table(runs):
             header.pop(column)
             for row in rows:
                 row.pop(column)
-    keys = [key for key in dict.fromkeys(k for config in configs for k in config)
-            if key not in OWN_KEYS and len({config.get(key) for config in configs}) > 1]
+    # Compared among the runs that record their configuration (a file of a version before
+    # 2026-12-07 records none: every key would differ); "n/a" in theirs.
+    recorded = [config for config in configs if config]
+    keys = [key for key in dict.fromkeys(k for config in recorded for k in config)
+            if key not in OWN_KEYS and len({config.get(key) for config in recorded}) > 1]
     header += keys
     for row, config in zip(rows, configs):
         row += [config.get(key, "n/a") for key in keys]

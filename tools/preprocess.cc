@@ -64,7 +64,8 @@ int main(int argc, char** argv) {
       "destdir", po::value(&options.dest_dir)->required(), "output directory")(
       "vocab-size", po::value(&options.vocab_size)->default_value(options.vocab_size),
       "shared vocabulary size (the paper's EN-DE BPE: 37000)")(
-      "spm-model", po::value(&options.spm_model), "use this SentencePiece .model, no training")(
+      "spm-model", po::value(&options.spm_model),
+      "use this SentencePiece .model, no training (a checkpoint: the model it stores)")(
       "model-type", po::value(&options.model_type)->default_value(options.model_type),
       "SentencePiece model: bpe | unigram")(
       "user-symbols", po::value(&options.user_symbols),

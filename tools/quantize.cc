@@ -26,7 +26,9 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/output_file.h"
 #include "common/error.h"
+#include "config/config.h"
 #include "decode/compute_type.h"
+#include "model/checkpoint_params.h"
 #include "tools/tool_main.h"
 
 namespace {
@@ -86,7 +88,24 @@ int main(int argc, char** argv) {
       THPC_FAIL("checkpoint " << command.checkpoint << " is quantized already (its weight "
                               << "matrices are int8): give the float checkpoint it was made from");
     }
-    const thpc::Checkpoint quantized = thpc::quantize_checkpoint(source);
+    thpc::Checkpoint quantized = thpc::quantize_checkpoint(source);
+    // The float checkpoint it was made from, at the head of its configuration: an int8
+    // copy and its source could not be told to belong together (a helper's walk).
+    // (the digest where the stored configuration describes the parameters: not of a
+    // hand-made file's, whose quantization goes on without it)
+    std::string digest;
+    try {
+      const thpc::Config stored = thpc::load_config_text(
+          source.config_ini, command.checkpoint + " (stored configuration)");
+      digest = ", params_sha256 " +
+               thpc::parameters_sha256(source, stored.model, command.checkpoint);
+    } catch (const thpc::Error&) {
+    }
+    const std::string from =
+        std::filesystem::absolute(command.checkpoint).lexically_normal().string() + " (step " +
+        std::to_string(source.step) + digest + ")";
+    quantized.config_ini = thpc::with_header_lines(
+        quantized.config_ini, {thpc::header_line(thpc::kQuantizedFrom, from)});
     const std::string replaced = thpc::checkpoint_output_replaces(command.output);
     thpc::write_checkpoint(command.output, quantized);
     int64_t values = 0;

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iterator>
 #include <ostream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -309,9 +310,14 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths,
   std::string without_model_source;         // an input that stores none
   OneDirection direction;                   // the inputs' languages, if any records them
   std::string inputs;                       // "PATH (step S, run R), ...": kAveragedFrom's
+  // The inputs' training and validation data, kept where every input names the same.
+  std::set<std::string> corpora, validation_sets;
   for (size_t index = 0; index < paths.size(); ++index) {
     Checkpoint current = read_checkpoint(paths[index], CheckpointParts::ParamsOnly);
-    inputs += (index == 0 ? "" : ", ") + paths[index] + " (step " +
+    corpora.insert(current.corpus_sha256);
+    validation_sets.insert(current.valid_sha256);
+    inputs += (index == 0 ? "" : ", ") +
+              std::filesystem::absolute(paths[index]).lexically_normal().string() + " (step " +
               std::to_string(current.step) +
               (current.run_id.empty() ? std::string() : ", run " + current.run_id) + ")";
     // One vocabulary serves both directions: an en->de model averaged with a de->en one
@@ -393,6 +399,10 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths,
   // say what trained them): the file kept no trace of them (a helper's walk).
   average.config_ini = with_header_lines(average.config_ini,
                                          {header_line(kAveragedFrom, inputs)});
+  // ... and the data they were trained on, where they agree (a model handed on as its
+  // average said nothing of its data; a helper's walk).
+  if (corpora.size() == 1) average.corpus_sha256 = *corpora.begin();
+  if (validation_sets.size() == 1) average.valid_sha256 = *validation_sets.begin();
   average.params = std::move(first.params);
   average.spm_model = std::move(spm_model);
   average.direction = direction.direction();

@@ -403,11 +403,29 @@ std::string Config::on_command_line(const std::string& key) const {
   return command_line_keys.count(key) > 0 ? " (on the command line)" : "";
 }
 
+namespace {
+
+// `text` on one line: a line break written \n (\r).
+std::string on_one_line(const std::string& text) {
+  std::string line;
+  for (const char c : text) {
+    line += c == '\n' ? std::string("\\n") : c == '\r' ? std::string("\\r") : std::string(1, c);
+  }
+  return line;
+}
+
+}  // namespace
+
+std::string header_line(const char* label, const std::string& value) {
+  return std::string(label) + ": " + on_one_line(value);
+}
+
 std::string Config::to_ini() const {
   Config copy = *this;  // the table's accessors take a mutable Config
   std::ostringstream ini;
+  // (A config file's name with a line break would end the comment: one line.)
   ini << "# transformer_hpc configuration, resolved"
-      << (source_file.empty() ? std::string() : " from " + source_file)
+      << (source_file.empty() ? std::string() : " from " + on_one_line(source_file))
       << " (file and command-line overrides applied)\n";
   std::string current_section;
   for (const Option& option : option_table()) {
@@ -466,11 +484,12 @@ std::string Config::command_line_text() const {
 std::string ini_header_value(const std::string& ini, const char* label) {
   std::istringstream lines(ini);
   const std::string prefix = "# " + std::string(label) + ": ";
+  std::string value;
   for (std::string line; std::getline(lines, line);) {
     if (!line.empty() && line[0] == '[') break;
-    if (line.rfind(prefix, 0) == 0) return line.substr(prefix.size());
+    if (line.rfind(prefix, 0) == 0) value = line.substr(prefix.size());
   }
-  return "";
+  return value;
 }
 
 std::string help_text() {
@@ -517,7 +536,8 @@ std::string help_text() {
        << "             print what CHECKPOINT records of its run (step, run, data digests,\n"
        << "             params_sha256) as comments, then its stored configuration, headed\n"
        << "             by the version, matrix products and command line that ran it: an\n"
-       << "             ini file that trains it again, and that diff sets beside another's\n";
+       << "             ini file that trains a run of one process again (the run's own\n"
+       << "             directories commented out), and that diff sets beside another's\n";
   std::string current_section;
   for (const Option& option : option_table()) {
     if (option.section != current_section) {

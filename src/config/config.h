@@ -185,17 +185,22 @@ struct Config {
 inline constexpr const char* kWrittenBy = "written by";
 inline constexpr const char* kComputedBy = "computed by";
 inline constexpr const char* kCommandLine = "command line";
-// "LABEL: value", for to_ini(header).
-inline std::string header_line(const char* label, const std::string& value) {
-  return std::string(label) + ": " + value;
-}
+// "LABEL: value", for to_ini(header); a line break in `value` (a path may hold one) is
+// written \n (\r), so that the line stays one comment line and the text an ini file.
+std::string header_line(const char* label, const std::string& value);
 inline constexpr const char* kAveragedFrom = "averaged from";
+// A run begun from checkpoint.init's parameters: "PATH (step S, run R, params_sha256 X)",
+// kept by its resumes, so that a fine-tuned model names the model it came from.
+inline constexpr const char* kInitialisedFrom = "initialised from";
+// An int8 copy's float source (transformer_quantize): "PATH (step S, params_sha256 X)".
+inline constexpr const char* kQuantizedFrom = "quantized from";
 // `ini` (a stored configuration) with "# LINE" comment lines added at the end of its head
 // (after its last comment line before the first blank line or section): a derived
 // checkpoint's own lines (kAveragedFrom) after those of the run it came from.
 std::string with_header_lines(const std::string& ini, const std::vector<std::string>& lines);
-// The value of the comment line "# LABEL: value" at the head of `ini` (before its first
-// section), "" when it has none (a configuration stored before 2026-12-07).
+// The value of the last comment line "# LABEL: value" at the head of `ini` (before its
+// first section: an average of averages adds its own kAveragedFrom line after its
+// input's), "" when it has none (a configuration stored before 2026-12-07).
 std::string ini_header_value(const std::string& ini, const char* label);
 
 // Parses argv. Returns false if --help was given (the help text is printed to stdout).

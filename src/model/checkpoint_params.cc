@@ -22,7 +22,7 @@ void load_parameters(const std::string& path, Transformer& model) {
 std::string parameters_sha256(const Checkpoint& checkpoint, const ModelConfig& model,
                               const std::string& source) {
   const int64_t vocab = embedding_rows(checkpoint);
-  THPC_CHECK(vocab > 0, source << ": holds no embed.weight, the parameters of a model");
+  if (vocab <= 0) THPC_FAIL(source << ": holds no embed.weight, the parameters of a model");
   ParamStore table;
   add_transformer_parameters(model, static_cast<int>(vocab), table);
   std::map<std::string, const NamedTensor*> by_name;
@@ -30,11 +30,12 @@ std::string parameters_sha256(const Checkpoint& checkpoint, const ModelConfig& m
   Sha256 digest;
   for (const ParamEntry& entry : table.entries()) {
     const auto found = by_name.find(entry.name);
-    THPC_CHECK(found != by_name.end() &&
-                   static_cast<int64_t>(found->second->values.size()) == entry.numel(),
-               source << ": parameter " << entry.name << " is "
-                      << (found == by_name.end() ? "missing" : "of another size")
-                      << " for the model its configuration describes");
+    if (found == by_name.end() ||
+        static_cast<int64_t>(found->second->values.size()) != entry.numel()) {
+      THPC_FAIL(source << ": parameter " << entry.name << " is "
+                       << (found == by_name.end() ? "missing" : "of another size")
+                       << " for the model its configuration describes");
+    }
     show_still_working();
     digest.update(found->second->values.data(), found->second->values.size() * sizeof(float));
   }

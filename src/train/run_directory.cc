@@ -165,8 +165,10 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
   std::vector<std::string> foreign;
   for (const fs::directory_entry& entry : fs::directory_iterator(options.dir, error)) {
     const std::string name = entry.path().filename().string();
-    // (found nothing: what checkpoint.dir holds resume=auto has judged already)
-    if (!is_run_checkpoint_file(name) || found_nothing) continue;
+    // (found nothing: what checkpoint.dir holds resume=auto has judged already; but for the
+    // best files and averages a run whose checkpoints are gone left there, which a new run
+    // would write over)
+    if (!is_run_checkpoint_file(name) || (found_nothing && lost_checkpoints == 0)) continue;
     if (fresh) {
       foreign.push_back(entry.path().string());
     } else if (const std::optional<CheckpointSummary> summary =
@@ -236,10 +238,24 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
             << (lost_checkpoints > 1 ? "s" : "") << " of run "
             << MetricsFile::last_run_id(metrics) << " (its last summary at step " << lost_at_step
             << "), which are no longer there (deleted or moved): a new run would append its "
-            << "records to that run's, and its plots would draw the new curves alone; give "
-            << "this run another checkpoint.dir (and train.metrics_dir), move " << metrics
-            << " and its event files away, or set checkpoint.overwrite = true to delete them "
-            << "first";
+            << "records to that run's, and its plots would draw the new curves alone";
+    const size_t left = foreign.size() - std::count_if(foreign.begin(), foreign.end(),
+                                                        [&](const std::string& path) {
+                                                          return !is_run_checkpoint_file(path);
+                                                        });
+    if (left > 0) {
+      message << ", and write over the " << left << " file" << (left > 1 ? "s" : "")
+              << " of that run left in checkpoint.dir (";
+      size_t said = 0;
+      for (const std::string& path : foreign) {
+        if (!is_run_checkpoint_file(path) || said == 3) continue;
+        message << (said++ ? ", " : "") << path;
+      }
+      message << (left > 3 ? ", ...)" : ")");
+    }
+    message << "; give this run another checkpoint.dir (and train.metrics_dir), move "
+            << metrics << " and its event files" << (left > 0 ? " and those files" : "")
+            << " away, or set checkpoint.overwrite = true to delete them first";
     return message.str();
   }
   message << "checkpoint.dir " << options.dir << " and the directory of its metrics file "

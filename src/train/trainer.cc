@@ -434,6 +434,21 @@ void Trainer::restore(const Checkpoint& checkpoint, const std::string& source) {
   }
   checkpoint_loss_ = checkpoint.loss;
   detector_->restore(checkpoint.divergence.value_or(DivergenceState{}));
+  // A fine-tuning's origin goes on in the checkpoints of its resumes.
+  if (const std::string from = ini_header_value(checkpoint.config_ini, kInitialisedFrom);
+      !from.empty()) {
+    record_initialised_from(from);
+  }
+}
+
+void Trainer::record_initialised_from(const std::string& model) {
+  const std::string prefix = std::string(kInitialisedFrom) + ": ";
+  provenance_.erase(std::remove_if(provenance_.begin(), provenance_.end(),
+                                   [&](const std::string& line) {
+                                     return line.rfind(prefix, 0) == 0;
+                                   }),
+                    provenance_.end());
+  provenance_.push_back(header_line(kInitialisedFrom, model));
 }
 
 void Trainer::apply_start_options(std::ostream& log) {
@@ -468,6 +483,7 @@ void Trainer::apply_start_options(std::ostream& log) {
     // Each rank reads it (the start-up agreement compares what they read): a file missing
     // or of another model fails alike on every rank, one message.
     bool quantized = false;
+    std::string init_said;  // kInitialisedFrom's "PATH (step S, run R"
     on_every_rank(comm_, [&] {
       const Checkpoint init = read_init_checkpoint(options);
       check_checkpoint_vocabulary(init, options.init, *source_, config_);
@@ -476,7 +492,17 @@ void Trainer::apply_start_options(std::ostream& log) {
                                     architecture_text(model_->config(), model_->vocab_size()));
       load_parameters(init, options.init, *model_);
       quantized = !init.quantized.empty();
+      init_said = std::filesystem::absolute(options.init).lexically_normal().string() +
+                  " (step " + std::to_string(init.step) +
+                  (init.run_id.empty() ? std::string() : ", run " + init.run_id);
     });
+    // The model a fine-tuning began from, in the head of its checkpoints' configuration:
+    // checkpoint.init's path alone was kept, relative, and the model it named could not be
+    // told (a helper's walk as a model's recipient).
+    if (comm_.is_root()) {
+      record_initialised_from(init_said + ", params_sha256 " + model_->params().sha256_hex() +
+                              ")");
+    }
     log << "parameters initialised from " << options.init
         // (as transformer_average says it of such an input; a resume refuses one)
         << (quantized ? ", a quantized checkpoint (transformer_quantize): its int8 parameters "

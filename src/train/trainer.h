@@ -237,6 +237,8 @@ class Trainer {
   // version, computed_by_, the command line's settings.
   std::string computed_by_;
   std::vector<std::string> provenance_;
+  // Sets provenance_'s kInitialisedFrom line to `model` (a fine-tuning's origin).
+  void record_initialised_from(const std::string& model);
 
   std::string resumed_from_;  // the checkpoint this process resumed from, or "".
   std::vector<BranchStart> resumed_lineage_;  // its lineage (Checkpoint::lineage)

@@ -255,7 +255,7 @@ void check_checkpoint_vocabulary(const Checkpoint& checkpoint, const std::string
                         : ": data.dir holds another corpus than the one it was trained on "
                           "(preprocessed again?)")
           << ". Preprocess the data with the checkpoint's model (transformer_preprocess "
-          << "--spm-model), or start afresh";
+          << "--spm-model " << path << " reads it from the checkpoint), or start afresh";
   throw ConfigurationError(message.str());
 }
 
