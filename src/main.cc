@@ -172,6 +172,12 @@ DryRunStart check_the_start(const thpc::Config& config, const std::string& chose
               << "/best_of_branch_left_at_" << start.step << "/ (of the branch the resume "
               << "leaves)" << std::endl;
       }
+      for (const std::string& back :
+           thpc::CheckpointKeeping(config).best_of_this_branch_set_aside(
+               start.run_id, start.lineage, start.step)) {
+        notes << "note: training would move " << back << " back into " << options.dir
+              << " (of the branch the resume continues)" << std::endl;
+      }
     }
     // The notes the resume prints: the settings that differ from the checkpoint's run and
     // the learning rate's jump (a dry run before a changed resume said none: a helper's

@@ -626,7 +626,7 @@ TEST_F(BestCheckpointsTraining, AResumedRunContinuesTheSetFromTheFiles) {
 // walk); those of steps the checkpoint was trained through stay.
 TEST_F(BestCheckpointsTraining, AResumeFromAnOlderCheckpointSetsTheLeftBranchsBestFilesAside) {
   std::ostringstream first;
-  Trainer(config("run", {"train.max_steps=12", "checkpoint.keep=4"})).run(first);
+  Trainer(config("run", {"train.max_steps=12", "checkpoint.keep=6"})).run(first);
   const std::vector<int64_t> before = kept_steps("run");
   ASSERT_FALSE(before.empty()) << first.str();
   const int64_t best_h5_step = read_checkpoint(path("run/best.h5")).step;
@@ -639,13 +639,13 @@ TEST_F(BestCheckpointsTraining, AResumeFromAnOlderCheckpointSetsTheLeftBranchsBe
       thpc::binary_dir() + "/transformer_hpc " THPC_SOURCE_DIR "/input/numbers.ini" +
       " --data.dir=" + (corpus_ / "data").string() + " --model.layers=1 --train.max_steps=8" +
       " --train.warmup_steps=4 --train.lr_scale=4 --train.valid_every=2 --train.valid_bleu=false" +
-      " --checkpoint.every_steps=3 --checkpoint.keep=4 --checkpoint.keep_best=ppl" +
+      " --checkpoint.every_steps=3 --checkpoint.keep=6 --checkpoint.keep_best=ppl" +
       " --checkpoint.keep_best_count=3 --checkpoint.average_best=3 --checkpoint.dir=" +
       path("run") + " --train.metrics_dir=" + path("run") + " --checkpoint.resume=" + from +
       " --dry-run");
   ASSERT_EQ(dry.exit_code, 0) << dry.output;
   std::ostringstream second;
-  Trainer(config("run", {"train.max_steps=8", "checkpoint.keep=4",
+  Trainer(config("run", {"train.max_steps=8", "checkpoint.keep=6",
                          "checkpoint.resume=" + from})).run(second);
   const fs::path aside = path("run/best_of_branch_left_at_6");
   for (const int64_t step : before) {
@@ -676,6 +676,31 @@ TEST_F(BestCheckpointsTraining, AResumeFromAnOlderCheckpointSetsTheLeftBranchsBe
   const std::optional<CheckpointSummary> best = read_checkpoint_summary(path("run/best.h5"));
   if (best && best->step > 6) {
     EXPECT_TRUE(best->branch && best->branch->step == 6);
+  }
+
+  // Back to the branch left, from its step 12: its best files come back (the run had no
+  // best.h5 there, and average_best left out its best: a helper's sweep), and the branch
+  // of steps 7-8 goes aside in its turn.
+  std::ostringstream third;
+  // (one step to train, without a validation: the files are the ones that came back)
+  Trainer(config("run", {"train.max_steps=13", "checkpoint.keep=6",
+                         "checkpoint.resume=" + path("run/step_00000012.h5")}))
+      .run(third);
+  for (const int64_t step : before) {
+    if (step <= 6) continue;
+    const std::string name = best_checkpoint_file_name(step);
+    EXPECT_TRUE(fs::exists(path("run/" + name))) << name << "\n" << third.str();
+    EXPECT_NE(third.str().find("moved " + (aside / name).string() + " back into " + path("run") +
+                               ": of the branch the resume to step 12 continues"),
+              std::string::npos)
+        << third.str();
+  }
+  const std::optional<CheckpointSummary> back = read_checkpoint_summary(path("run/best.h5"));
+  ASSERT_TRUE(back.has_value()) << third.str();
+  EXPECT_EQ(back->step, best_h5_step) << third.str();
+  EXPECT_FALSE(back->branch.has_value()) << third.str();
+  for (const CheckpointSummary& kept : best_checkpoint_summaries(path("run"))) {
+    EXPECT_FALSE(kept.branch.has_value()) << kept.path << " of the branch left at 6";
   }
 }
 

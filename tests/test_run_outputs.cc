@@ -399,6 +399,21 @@ TEST_F(RunOutputs, PlotsTableComparesRunsByTheirBestValuesAndTheSettingsThatDiff
   ASSERT_EQ(killed.exit_code, 0) << killed.output;
   EXPECT_NE(killed.output.find("\nresumed_and_killed  4      running"), std::string::npos)
       << killed.output;
+  // A setting a resume changed shows each value in turn: the run is no clean variant.
+  const ProcessResult at_another_rate = run_process(
+      trainer_command() + " --train.max_steps=6 --train.log_every=2 --train.valid_every=2" +
+      " --train.lr_scale=1 --checkpoint.every_steps=2 --checkpoint.resume=auto" +
+      " --checkpoint.dir=" + other.string());
+  ASSERT_EQ(at_another_rate.exit_code, 0) << at_another_rate.output;
+  const ProcessResult changed = run_process(
+      python_interpreter().path + " " THPC_SOURCE_DIR "/tools/plot_metrics.py " +
+      (root_ / "run/checkpoints").string() + " " + other.string() + " --table");
+  ASSERT_EQ(changed.exit_code, 0) << changed.output;
+  const std::vector<std::string> after = lines_of(changed.output);
+  ASSERT_EQ(after.size(), 3u) << changed.output;
+  EXPECT_NE(after[0].find("train.lr_scale"), std::string::npos) << changed.output;
+  EXPECT_EQ(after[2].rfind("lr_half      6      finished  ", 0), 0u) << changed.output;
+  EXPECT_NE(after[2].find("  0.5->1"), std::string::npos) << changed.output;
 }
 
 // The validation perplexity tools/plot_metrics.py reads from the metrics file `file`, as

@@ -32,11 +32,13 @@ valid_sha256: a fine-tuning's new data), the validation curves break there: the 
 before and after are of two sets.
 
 --table prints instead one line per run, to compare a sweep's runs without reading their
-logs: its steps (the last on the line it ended on), how its last process ended (the
-summary's "ended", "running" without one), its best validation perplexity and BLEU (or
-chrF) with their steps, as plotted, and each setting in which the runs' configurations
-differ (their last run records' "config"; the keys that name a run's own directories
-left out), as given there. It needs no matplotlib.
+logs: its steps, how its last process ended (the summary's "ended", "running" without
+one), its best validation perplexity and BLEU (or chrF) with their steps (the last
+summary's, the run's own account, which best.h5 holds; else the best of the line
+plotted), and each setting in which the runs' configurations differ (their run records'
+"config" on the line of training plotted; a value a resume changed shows each value in
+turn, "1->2"; the keys that name a run's own directories left out). It needs no
+matplotlib.
 
 Needs matplotlib (tools/install_deps.sh puts it into ~/.cache/thpc-venv). Exit codes: 0
 done, 2 a bad command line, 1 an unreadable or malformed metrics file (one line naming it).
@@ -171,21 +173,34 @@ def read_run(run):
 OWN_KEYS = {"checkpoint.dir", "train.metrics_dir", "checkpoint.resume", "checkpoint.overwrite"}
 
 
-def last_records(run):
-    """The last "run" record of the run's metrics file and the summary of that process
-    (None where none: a process killed, or still running, wrote none)."""
-    last = {"run": None, "summary": None}
+def run_records(run):
+    """The run's "run" records on the line of training it ended on (as read_run keeps its
+    values), oldest first, and the summary of its last process (None when that process
+    wrote none: killed, or still running)."""
+    records, summary, final_lineage = [], None, None
     with open(metrics_file(run), encoding="utf-8") as stream:
         for line in stream:
-            if line.startswith('{"kind": "run", ') or line.startswith('{"kind": "summary", '):
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue  # (a line cut short: read_run has judged the file)
-                if record["kind"] == "run":
-                    last["summary"] = None  # an earlier process's is not this one's end
-                last[record["kind"]] = record
-    return last["run"], last["summary"]
+            if not line.startswith(('{"kind": "run", ', '{"kind": "summary", ',
+                                    '{"kind": "branch", ')):
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # (a line cut short: read_run has judged the file)
+            if record["kind"] == "summary":
+                summary = record
+                continue
+            lineage = parse_lineage(record.get("lineage"))
+            if lineage is not None:
+                final_lineage = lineage
+            if record["kind"] == "run":
+                summary = None  # an earlier process's is not this one's end
+                records.append((record, lineage))
+    if final_lineage is not None:
+        records = [(record, lineage) for record, lineage in records
+                   if lineage is None or
+                   on_lineage(lineage[-1][1], int(record["step"]), final_lineage)]
+    return [record for record, _ in records], summary
 
 
 def settings_of(config_text):
@@ -212,17 +227,33 @@ def best_of(points, lower_is_better):
 def table(runs):
     """The --table text: a header line and a line per run, columns aligned."""
     labels = run_labels(runs)
-    rows, configs = [], []
+    rows, settings = [], []
     for run, label in zip(runs, labels):
         series = read_run(run)
-        run_record, summary = last_records(run)
-        configs.append(settings_of((run_record or {}).get("config")))
-        steps = max((step for points in series.values() for step, _, _ in points), default=0)
+        records, summary = run_records(run)
+        # Each key's values over the processes of the line, in order, repeats merged.
+        values = {}
+        for record in records:
+            for key, value in settings_of(record.get("config")).items():
+                seen = values.setdefault(key, [])
+                if not seen or seen[-1] != value:
+                    seen.append(value)
+        settings.append(values)
+        # The steps trained: the last process's summary's, else the last training or
+        # validation record's (a divergence record's step was not applied).
+        steps = summary["step"] if summary else max(
+            (step for (kind, _), points in series.items() if kind in ("train", "valid")
+             for step, _, _ in points), default=0)
         row = [label, str(steps), (summary or {}).get("ended", "running")]
-        for key, lower, digits in (("valid_ppl", True, 2), ("valid_bleu", False, 2),
-                                   ("valid_chrf", False, 2)):
-            best = best_of(series.get(("valid", key), []), lower)
-            row.append("n/a" if best is None else f"{best[0]:.{digits}f} ({best[1]})")
+        for key, lower in (("ppl", True), ("bleu", False), ("chrf", False)):
+            # The summary's: the run's best, best.h5's (after a rollback, the branch left's
+            # count too); else the best of the line plotted.
+            if summary and f"best_valid_{key}_step" in summary:
+                value, step = summary.get(f"best_valid_{key}"), summary[f"best_valid_{key}_step"]
+                best = None if value is None else (value, step)
+            else:
+                best = best_of(series.get(("valid", f"valid_{key}"), []), lower)
+            row.append("n/a" if best is None else f"{best[0]:.2f} ({best[1]})")
         rows.append(row)
     header = ["run", "steps", "ended", "best valid ppl (step)", "best valid bleu (step)",
               "best valid chrf (step)"]
@@ -233,13 +264,15 @@ def table(runs):
             for row in rows:
                 row.pop(column)
     # Compared among the runs that record their configuration (a file of a version before
-    # 2026-12-07 records none: every key would differ); "n/a" in theirs.
-    recorded = [config for config in configs if config]
-    keys = [key for key in dict.fromkeys(k for config in recorded for k in config)
-            if key not in OWN_KEYS and len({config.get(key) for config in recorded}) > 1]
+    # 2026-12-07 records none: every key would differ); "n/a" in theirs. A setting a resume
+    # changed shows each value in turn ("1->2"): the run is no clean variant of either.
+    recorded = [values for values in settings if values]
+    keys = [key for key in dict.fromkeys(k for values in recorded for k in values)
+            if key not in OWN_KEYS and
+            len({"->".join(values.get(key, [])) for values in recorded}) > 1]
     header += keys
-    for row, config in zip(rows, configs):
-        row += [config.get(key, "n/a") for key in keys]
+    for row, values in zip(rows, settings):
+        row += ["->".join(values[key]) if key in values else "n/a" for key in keys]
     widths = [max(len(line[i]) for line in [header] + rows) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
                      for line in [header] + rows) + "\n"

@@ -8,11 +8,14 @@
 #include <boost/program_options.hpp>
 
 #include <cstdint>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_header.h"
 #include "common/cores.h"
 #include "common/error.h"
 #include "common/whole_number.h"
@@ -121,7 +124,8 @@ int main(int argc, char** argv) {
     }
     return command;
   };
-  const auto run = [](const Command& given) {
+  // (by value: a --spm-model checkpoint's model goes into its options)
+  const auto run = [](Command given) {
     // One run at a time in a --destdir: two wrote each other's scratch files and shards.
     // Held until the shards are renamed in; the options, --destdir's contents among them,
     // are checked again under it.
@@ -152,6 +156,23 @@ int main(int argc, char** argv) {
     // note).
     const thpc::RemovedWhenInterrupted lock_interrupted(lock->path());
     thpc::tools::StageProgress progress("transformer_preprocess");
+    // --spm-model naming a checkpoint: the SentencePiece model it stores.
+    if (!given.options.spm_model.empty()) {
+      std::ifstream head(given.options.spm_model, std::ios::binary);
+      std::string magic(thpc::kHeaderMagic.size(), '\0');
+      if (head.read(magic.data(), static_cast<std::streamsize>(magic.size())) &&
+          magic == thpc::kHeaderMagic) {
+        given.options.spm_model_of_checkpoint =
+            thpc::read_checkpoint(given.options.spm_model, thpc::CheckpointParts::ParamsOnly)
+                .spm_model;
+        if (given.options.spm_model_of_checkpoint.empty()) {
+          THPC_FAIL("--spm-model " << given.options.spm_model << ": a checkpoint that stores "
+                    << "no SentencePiece model (of a run on the synthetic task, or written "
+                    << "before checkpoints stored one): give the .model file its run's data "
+                    << "was preprocessed with");
+        }
+      }
+    }
     try {
       thpc::preprocess(given.options, std::cout, progress);
     } catch (const thpc::Error& failure) {

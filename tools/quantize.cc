@@ -106,6 +106,9 @@ int main(int argc, char** argv) {
         std::to_string(source.step) + digest + ")";
     quantized.config_ini = thpc::with_header_lines(
         quantized.config_ini, {thpc::header_line(thpc::kQuantizedFrom, from)});
+    // ... and the data it was trained on, as an average keeps it.
+    quantized.corpus_sha256 = source.corpus_sha256;
+    quantized.valid_sha256 = source.valid_sha256;
     const std::string replaced = thpc::checkpoint_output_replaces(command.output);
     thpc::write_checkpoint(command.output, quantized);
     int64_t values = 0;

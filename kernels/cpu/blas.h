@@ -66,7 +66,8 @@ bool onednn_usable();
 std::string gemm_library_description();
 
 // What computes the matrix products, without advice: "oneDNN 2.6.3, avx512_core_bf16, the
-// smallest by OpenBLAS 0.3.21 SkylakeX kernels", or "OpenBLAS 0.3.21 Haswell kernels". Two
+// smallest by OpenBLAS 0.3.21 SkylakeX kernels", or "OpenBLAS 0.3.21 Haswell kernels, 2
+// threads" (OpenBLAS's sums depend on its thread count; oneDNN's here do not). Two
 // runs whose texts differ round their products differently: a checkpoint records it, and
 // a resume under another says that its losses are not bit for bit the uninterrupted run's.
 std::string gemm_identity();

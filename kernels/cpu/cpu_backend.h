@@ -13,7 +13,9 @@ namespace thpc {
 std::unique_ptr<Backend> make_cpu_backend(DType dtype = DType::F32);
 
 // Threads the CPU ops' loops (OpenMP) and BLAS (OpenBLAS's OpenMP build) use, for the
-// whole process; by default one per core. The results do not depend on it.
+// whole process; by default one per core. The ops' results do not depend on it, nor do
+// oneDNN's products; OpenBLAS's do (THPC_CPU_GEMM=openblas, or a CPU where it leads:
+// cpu::gemm_identity names the count then).
 void set_cpu_threads(int threads);
 
 }  // namespace thpc

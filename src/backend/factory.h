@@ -81,8 +81,9 @@ std::string device_description(const Backend& backend, int device);
 // What computes a run's arithmetic, as a checkpoint's stored configuration says
 // (kComputedBy): "cpu-fp32, oneDNN 2.6.3, avx512_core_bf16, the smallest by OpenBLAS
 // 0.3.21 SkylakeX kernels" (cpu::gemm_identity), or "cuda-bf16 on NVIDIA H100 80GB HBM3".
-// No host, bus or thread count (the CPU ops give the same bits on any number of threads,
-// cpu_backend.h): the same kind of machine computes the same bits.
+// No host or bus, and a thread count only where OpenBLAS computes the products (the CPU
+// ops and oneDNN give the same bits on any number of threads, cpu_backend.h): the same
+// kind of machine computes the same bits.
 std::string compute_identity(const Backend& backend, int device);
 
 // The backend a request names. backend = cuda without a usable device is an error

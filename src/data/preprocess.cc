@@ -20,8 +20,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "checkpoint/checkpoint.h"
-#include "checkpoint/checkpoint_header.h"
 #include "common/cores.h"
 #include "common/error.h"
 #include "common/sha256.h"
@@ -1224,21 +1222,15 @@ PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log
   ShardMetadata metadata;
   sentencepiece::SentencePieceProcessor processor;
   if (!options.spm_model.empty()) {
-    metadata.spm_model = read_input_file(options.spm_model, "--spm-model");
     // A checkpoint stores its run's model: given one (all a model's recipient may have,
     // who was told to preprocess with the checkpoint's model and had no .model file; a
     // helper's walk), its model is the one used.
-    if (metadata.spm_model.rfind(kHeaderMagic, 0) == 0) {
-      metadata.spm_model =
-          read_checkpoint(options.spm_model, CheckpointParts::ParamsOnly).spm_model;
-      if (metadata.spm_model.empty()) {
-        THPC_FAIL("--spm-model " << options.spm_model << ": a checkpoint that stores no "
-                  << "SentencePiece model (of a run on the synthetic task, or written before "
-                  << "checkpoints stored one): give the .model file its run's data was "
-                  << "preprocessed with");
-      }
+    if (!options.spm_model_of_checkpoint.empty()) {
+      metadata.spm_model = options.spm_model_of_checkpoint;
       log << "note: --spm-model " << options.spm_model << ": the SentencePiece model stored "
           << "in the checkpoint" << std::endl;
+    } else {
+      metadata.spm_model = read_input_file(options.spm_model, "--spm-model");
     }
     load_sentencepiece_model(metadata.spm_model, options.spm_model, processor);
     const std::string added = added_specials_text(vocabulary_of(processor));

@@ -30,6 +30,9 @@ struct PreprocessOptions {
   std::string dest_dir;
   int vocab_size = 37000;    // the paper's shared EN-DE BPE vocabulary (§5.1)
   std::string spm_model;     // an existing SentencePiece model instead of training one
+  // When spm_model names a checkpoint: the model it stores, which the caller reads (a
+  // checkpoint is a floor above the data's), used instead of the file's bytes.
+  std::string spm_model_of_checkpoint;
   std::string model_type = "bpe";  // bpe | unigram
   // Comma-separated tokens never split nor merged with a neighbour: each becomes one
   // piece when it stands as a word (the parser's "(NP", ")", "XX"). Empty: none.

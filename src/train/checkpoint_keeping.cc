@@ -8,10 +8,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <iomanip>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <sstream>
 #include <string_view>
 #include <thread>
@@ -717,16 +719,72 @@ std::vector<std::string> CheckpointKeeping::best_of_other_branches(
   return other;
 }
 
+std::vector<std::string> CheckpointKeeping::best_of_this_branch_set_aside(
+    const std::string& run_id, const std::vector<BranchStart>& lineage, int64_t step) const {
+  namespace fs = std::filesystem;
+  const fs::path dir = config_.checkpoint.dir;
+  std::vector<std::pair<int64_t, std::string>> found;  // (step, path)
+  std::error_code error;
+  for (const fs::directory_entry& folder : fs::directory_iterator(dir, error)) {
+    if (!folder.is_directory(error) ||
+        folder.path().filename().string().rfind(kBranchFolderPrefix, 0) != 0) {
+      continue;
+    }
+    for (const fs::directory_entry& entry : fs::directory_iterator(folder.path(), error)) {
+      const std::string name = entry.path().filename().string();
+      if (name != "best.h5" && !is_best_checkpoint_name(name)) continue;
+      const std::optional<CheckpointSummary> summary =
+          read_checkpoint_summary(entry.path().string());
+      if (!summary || (!summary->run_id.empty() && summary->run_id != run_id)) continue;
+      if (where_on_lineage(summary->branch, summary->run_id, summary->step, lineage, step) ==
+          OnLineage::Yes) {
+        found.emplace_back(summary->step, entry.path().string());
+      }
+    }
+  }
+  // Each name once: of several best.h5 (set aside at several resumes), the newest step's,
+  // the line's best up to then (best.h5 is replaced at each improvement).
+  std::sort(found.begin(), found.end(), std::greater<>());
+  std::vector<std::string> back;
+  std::set<std::string> names;
+  for (const auto& [file_step, path] : found) {
+    if (names.insert(fs::path(path).filename().string()).second) back.push_back(path);
+  }
+  std::sort(back.begin(), back.end());
+  return back;
+}
+
 void CheckpointKeeping::set_aside_best_of_other_branches(const std::string& run_id,
                                                          const std::vector<BranchStart>& lineage,
                                                          int64_t step, std::ostream& log) const {
+  namespace fs = std::filesystem;
   const std::vector<std::string> other = best_of_other_branches(run_id, lineage, step);
   move_best_files_into_a_folder(config_.checkpoint.dir,
-                                "best_of_branch_left_at_" + std::to_string(step),
+                                kBranchFolderPrefix + std::to_string(step),
                                 {other.begin(), other.end()},
                                 "of the branch the resume to step " + std::to_string(step) +
                                     " leaves",
                                 log);
+  // A return to a branch left before: its best files come back (the run had no best.h5,
+  // and average_best left out its best; a helper's sweep), where their names are free.
+  for (const std::string& path : best_of_this_branch_set_aside(run_id, lineage, step)) {
+    const fs::path to = fs::path(config_.checkpoint.dir) / fs::path(path).filename();
+    std::error_code error;
+    if (fs::exists(to, error)) {
+      log << "note: " << path << " stays where it is: " << to.string() << " is there"
+          << std::endl;
+      continue;
+    }
+    fs::rename(path, to, error);
+    if (error) {
+      log << "warning: cannot move " << path << " back into " << config_.checkpoint.dir << " ("
+          << error.message() << "): it stays out of the run's best" << std::endl;
+      continue;
+    }
+    log << "moved " << path << " back into " << config_.checkpoint.dir << ": of the branch "
+        << "the resume to step " << step << " continues" << std::endl;
+    fs::remove(fs::path(path).parent_path(), error);  // (only when it is empty now)
+  }
 }
 
 bool CheckpointKeeping::move_aside_a_damaged_best(std::ostream& log) const {

@@ -38,6 +38,9 @@ Checkpoint read_init_checkpoint(const CheckpointConfig& options);
 void write_made_again_if_removed(const std::string& dir, const std::function<void()>& write,
                                  std::ostream& notes);
 
+// The folders a resume sets another branch's best files aside in: PREFIX + its step.
+inline constexpr const char* kBranchFolderPrefix = "best_of_branch_left_at_";
+
 class CheckpointKeeping {
  public:
   // `config` must outlive this (the trainer's own copy).
@@ -181,11 +184,16 @@ class CheckpointKeeping {
   // DIR/best_of_branch_left_at_STEP/ (".2", ... when taken), a line each on `log`. The run's
   // best values are the checkpoint's: the next validation that beat them wrote best.h5
   // over the abandoned branch's better one, and average_best mixed the two branches (a
-  // note left by the fine-tuning walk). A return to that branch does not bring them
-  // back: the line said where they are. best_of_other_branches lists them (the dry run).
+  // note left by the fine-tuning walk). A return to a branch left so brings its files
+  // back from those folders (best_of_this_branch_set_aside: those the checkpoint was
+  // trained through; of several best.h5 the newest step's), where their names are free.
+  // best_of_other_branches and best_of_this_branch_set_aside list them (the dry run).
   std::vector<std::string> best_of_other_branches(const std::string& run_id,
                                                   const std::vector<BranchStart>& lineage,
                                                   int64_t step) const;
+  std::vector<std::string> best_of_this_branch_set_aside(const std::string& run_id,
+                                                         const std::vector<BranchStart>& lineage,
+                                                         int64_t step) const;
   void set_aside_best_of_other_branches(const std::string& run_id,
                                         const std::vector<BranchStart>& lineage, int64_t step,
                                         std::ostream& log) const;

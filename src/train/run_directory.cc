@@ -146,12 +146,14 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
   // and the new run's records appended to that run's (before: without a word, and the
   // plots drew the new run alone, a helper's sweep).
   // (Step checkpoints there, all damaged, are auto_or_fresh's choice to start over: moved
-  // aside, not lost. A best.h5 or an average left there would be written over.)
+  // aside, not lost. A best.h5 or an average left there would be written over; a
+  // step_*.h5.corrupt is evidence kept, not a checkpoint.)
   const bool step_files_there = [&] {
     std::error_code unreadable;
     for (const fs::directory_entry& entry : fs::directory_iterator(options.dir, unreadable)) {
       const std::string name = entry.path().filename().string();
-      if (is_run_checkpoint_file(name) && name.rfind("step_", 0) == 0) return true;
+      // (a step_*.h5.corrupt is no run's file to resume: a cleaned directory may keep it)
+      if (is_step_checkpoint_name(name)) return true;
     }
     return false;
   }();
@@ -276,7 +278,11 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
   if (metrics_of_another_directory) {
     message << "continue that run with --checkpoint.dir=" << metrics_run_dir
             << " --checkpoint.resume=auto, ";
-  } else if (fresh) {
+  } else if (fresh && std::any_of(foreign.begin(), foreign.end(), [](const std::string& path) {
+               return is_step_checkpoint_name(path);
+             })) {
+    // (only where a step checkpoint is left to continue from: after a cleaning, the advice
+    // led to the refusal of a cleaned directory used again; a helper's sweep)
     message << "continue that run with --checkpoint.resume=auto, ";
   }
   message << "give this run another checkpoint.dir (and train.metrics_dir), or set "
