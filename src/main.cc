@@ -67,7 +67,8 @@ struct DryRunStart {
   std::vector<thpc::BranchStart> lineage;  // the checkpoint's (Checkpoint::lineage)
   int64_t last_step = 0;  // where training would end: train.max_steps or max_epochs' end
   // The sha256 of the parameters this rank read (of the checkpoint resumed, else of
-  // checkpoint.init's; "" for neither), which every rank's must equal, as in training.
+  // checkpoint.init's; "" for neither), which every rank's must equal, as in training:
+  // parameters_sha256, the digest training compares (and its final: line prints).
   std::string params_digest;
   // The keys the resume's notes named as without effect (log_resume_notes), which the
   // dry run's note of settings without effect then leaves out, as training's does.
@@ -79,15 +80,6 @@ struct DryRunStart {
 bool on_a_gpu(const thpc::Config& config) {
   return config.train.backend == "cuda" ||
          (config.train.backend == "auto" && thpc::cuda_unavailable_reason().empty());
-}
-
-// The sha256 of a checkpoint's parameters as read, tensor after tensor.
-std::string parameters_digest(const thpc::Checkpoint& checkpoint) {
-  thpc::Sha256 digest;
-  for (const thpc::NamedTensor& tensor : checkpoint.params) {
-    digest.update(tensor.values.data(), tensor.values.size() * sizeof(float));
-  }
-  return digest.hex_digest();
 }
 
 // Rank 0's choice of the checkpoint to resume from, training's own
@@ -133,7 +125,7 @@ DryRunStart check_the_start(const thpc::Config& config, const std::string& chose
     start.step = checkpoint.step;
     start.run_id = checkpoint.run_id;
     start.lineage = checkpoint.lineage;
-    start.params_digest = parameters_digest(checkpoint);
+    start.params_digest = thpc::parameters_sha256(checkpoint, config.model, chosen);
   }
   start.last_step = config.train.max_steps;
   std::string position_note;
@@ -189,7 +181,7 @@ DryRunStart check_the_start(const thpc::Config& config, const std::string& chose
     const thpc::Checkpoint init = thpc::read_init_checkpoint(options);
     if (source) thpc::check_checkpoint_vocabulary(init, options.init, *source, config);
     thpc::check_checkpoint_architecture(init, options.init, architecture);
-    start.params_digest = parameters_digest(init);
+    start.params_digest = thpc::parameters_sha256(init, config.model, options.init);
   }
   return start;
 }

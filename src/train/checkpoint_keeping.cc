@@ -463,6 +463,18 @@ void CheckpointKeeping::mark_abandoned(const std::string& run_id, int64_t step,
   }
 }
 
+namespace {
+
+// Whether a file at `file_step`, `on` the line a resume to `step` continues as
+// where_on_lineage says, is of another branch: not trained through, or, where the
+// lineages cannot tell (older files), of a later step. branch_changes' rule for step
+// checkpoints, best_of_other_branches' for best files.
+bool on_another_branch(OnLineage on, int64_t file_step, int64_t step) {
+  return on == OnLineage::No || (on == OnLineage::Unknown && file_step > step);
+}
+
+}  // namespace
+
 CheckpointKeeping::BranchChanges CheckpointKeeping::branch_changes(
     const std::string& run_id, const std::vector<BranchStart>& lineage, int64_t step) const {
   wait_for_write();
@@ -472,8 +484,7 @@ CheckpointKeeping::BranchChanges CheckpointKeeping::branch_changes(
     const OnLineage on =
         where_on_lineage(summary.branch, summary.run_id, summary.step, lineage, step);
     const bool trained_through = on == OnLineage::Yes;
-    const bool another_branch =
-        on == OnLineage::No || (on == OnLineage::Unknown && summary.step > step);
+    const bool another_branch = on_another_branch(on, summary.step, step);
     if (summary.state == CheckpointState::Healthy && another_branch) {
       changes.supersede.push_back(summary.path);
     } else if (summary.state == CheckpointState::Superseded && trained_through) {
@@ -711,7 +722,7 @@ std::vector<std::string> CheckpointKeeping::best_of_other_branches(
     if (!summary || (!summary->run_id.empty() && summary->run_id != run_id)) continue;
     const OnLineage on =
         where_on_lineage(summary->branch, summary->run_id, summary->step, lineage, step);
-    if (on == OnLineage::No || (on == OnLineage::Unknown && summary->step > step)) {
+    if (on_another_branch(on, summary->step, step)) {
       other.push_back(entry.path().string());
     }
   }
