@@ -869,7 +869,27 @@ TEST_F(RunOutputs, EvalReproducesTheValidLineOfTheRunThatWroteTheCheckpoint) {
                               "0.1); the line below is this configuration's"),
             std::string::npos)
       << other.output;
+  EXPECT_EQ(other.output.find("is an average"), std::string::npos) << other.output;
   EXPECT_EQ(listing(root_), before) << "--eval wrote or changed a file";
+  // An average's step is its newest input's: said, so that its line is not read as the
+  // one the run logged at that step.
+  const fs::path average = root_ / "average_of_2_and_4.h5";
+  const std::string two = (root_ / "run/checkpoints/step_00000002.h5").string();
+  ASSERT_EQ(run_process(kBuild + "transformer_average --inputs " + two + " " + checkpoint +
+                        " --output " + average.string())
+                .exit_code,
+            0);
+  const ProcessResult averaged = run_process(trainer_command() + " --eval " + average.string());
+  ASSERT_EQ(averaged.exit_code, 0) << averaged.output;
+  EXPECT_NE(averaged.output.find("note: " + average.string() + " is an average (of " + two +
+                                 " (step 2, run "),
+            std::string::npos)
+      << averaged.output;
+  EXPECT_NE(averaged.output.find("): step 4 is its newest input's, and the line below is the "
+                                 "average's\nvalid step 4 | "),
+            std::string::npos)
+      << averaged.output;
+  fs::remove(average);
 }
 
 // transformer_hpc --show-checkpoint: what a checkpoint records of its run, without h5py

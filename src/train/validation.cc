@@ -156,6 +156,7 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
   std::unique_ptr<Transformer> model;
   int64_t step = 0;  // the checkpoint's
   std::string settings_differing;  // eval_settings_differing's
+  std::string averaged_from;       // an average's inputs (kAveragedFrom), "" for a step's
   // As training's start-up: a rank stopped or hung while it reads ends the job after
   // dist.timeout_s without a sign of work (the reads give one between their blocks).
   std::optional<Communicator::WaitLimit> reading;
@@ -222,6 +223,7 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
     load_parameters(checkpoint, path, *model);
     step = checkpoint.step;
     settings_differing = eval_settings_differing(config, checkpoint);
+    averaged_from = ini_header_value(checkpoint.config_ini, kAveragedFrom);
     // Evaluated all the same (what it scores is the diagnosis), and said.
     if (checkpoint.state == CheckpointState::Diverged && comm.is_root()) {
       std::cerr << "note: " << path << " is marked diverged: its run judged its parameters "
@@ -266,6 +268,12 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
   log << "evaluated " << path << " (step " << step << ") on " << config.data.dir
       << "/" << config.data.valid << ".*.h5; params_sha256=" << model->params().sha256_hex()
       << std::endl;
+  // An average's step is its newest input's: its line is no line its run logged (a
+  // helper's sweep read the two as one).
+  if (!averaged_from.empty()) {
+    log << "note: " << path << " is an average (of " << averaged_from << "): step " << step
+        << " is its newest input's, and the line below is the average's" << std::endl;
+  }
   log << log_line("valid step " + std::to_string(step), validation_fields(stats))
       << std::endl;
 }
