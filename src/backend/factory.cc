@@ -1,5 +1,7 @@
 #include "backend/factory.h"
 
+#include <optional>
+
 #include "common/error.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/blas.h"
@@ -89,15 +91,26 @@ int visible_cuda_devices() {
 #endif
 }
 
+#if THPC_HAVE_CUDA
+namespace {
+
+// The CUDA device `backend` computes on (`device`), or none for a host backend.
+std::optional<CudaDeviceInfo> device_info(const Backend& backend, int device) {
+  if (backend.host_memory()) return std::nullopt;
+  for (const CudaDeviceInfo& info : cuda_devices()) {
+    if (info.index == device) return info;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+#endif
+
 std::string device_description(const Backend& backend, int device) {
 #if THPC_HAVE_CUDA
-  if (!backend.host_memory()) {
-    for (const CudaDeviceInfo& info : cuda_devices()) {
-      if (info.index == device) {
-        return "GPU " + std::to_string(device) + " " + info.name + ", PCI " + info.pci_bus_id +
-               " (" + backend.name() + ")";
-      }
-    }
+  if (const std::optional<CudaDeviceInfo> info = device_info(backend, device)) {
+    return "GPU " + std::to_string(device) + " " + info->name + ", PCI " + info->pci_bus_id +
+           " (" + backend.name() + ")";
   }
 #endif
   // The library of the matrix products shows in the first line of a run, and OpenBLAS's
@@ -108,10 +121,8 @@ std::string device_description(const Backend& backend, int device) {
 
 std::string compute_identity(const Backend& backend, int device) {
 #if THPC_HAVE_CUDA
-  if (!backend.host_memory()) {
-    for (const CudaDeviceInfo& info : cuda_devices()) {
-      if (info.index == device) return backend.name() + " on " + info.name;
-    }
+  if (const std::optional<CudaDeviceInfo> info = device_info(backend, device)) {
+    return backend.name() + " on " + info->name;
   }
 #endif
   static_cast<void>(device);

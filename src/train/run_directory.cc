@@ -241,10 +241,9 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
             << MetricsFile::last_run_id(metrics) << " (its last summary at step " << lost_at_step
             << "), which are no longer there (deleted or moved): a new run would append its "
             << "records to that run's, and its plots would draw the new curves alone";
-    const size_t left = foreign.size() - std::count_if(foreign.begin(), foreign.end(),
-                                                        [&](const std::string& path) {
-                                                          return !is_run_checkpoint_file(path);
-                                                        });
+    const auto left = static_cast<size_t>(std::count_if(
+        foreign.begin(), foreign.end(),
+        [](const std::string& path) { return is_run_checkpoint_file(path); }));
     if (left > 0) {
       message << ", and write over the " << left << " file" << (left > 1 ? "s" : "")
               << " of that run left in checkpoint.dir (";
