@@ -267,6 +267,8 @@ TEST_F(RunDirectory, NothingToResumeIsANewRunInAnotherRunsMetricsDirectory) {
   EXPECT_NE(reused.output.find("(its last summary at step 2), which are no longer there"),
             std::string::npos)
       << reused.output;
+  // (refused: no "starting from step 0" before it, as there was)
+  EXPECT_EQ(reused.output.find("starting from step 0"), std::string::npos) << reused.output;
   EXPECT_NE(reused.output.find("and write over the 1 file of that run left in checkpoint.dir (" +
                                average.string() + ")"),
             std::string::npos)

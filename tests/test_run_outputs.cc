@@ -414,6 +414,19 @@ TEST_F(RunOutputs, PlotsTableComparesRunsByTheirBestValuesAndTheSettingsThatDiff
   EXPECT_NE(after[0].find("train.lr_scale"), std::string::npos) << changed.output;
   EXPECT_EQ(after[2].rfind("lr_half      6      finished  ", 0), 0u) << changed.output;
   EXPECT_NE(after[2].find("  0.5->1"), std::string::npos) << changed.output;
+  // A shell pattern that also catches a file of notes: the runs' lines stay, the file is
+  // named as left out, and the exit status says something was.
+  std::ofstream(root_ / "notes.txt") << "lr 0.5 looked better\n";
+  const ProcessResult with_notes = run_process(
+      python_interpreter().path + " " THPC_SOURCE_DIR "/tools/plot_metrics.py " +
+      (root_ / "run/checkpoints").string() + " " + (root_ / "notes.txt").string() + " " +
+      other.string() + " --table");
+  EXPECT_EQ(with_notes.exit_code, 1) << with_notes.output;
+  EXPECT_EQ(lines_of(with_notes.output).size(), 4u) << with_notes.output;
+  EXPECT_NE(with_notes.output.find("notes.txt: line 1: not a metrics record"), std::string::npos)
+      << with_notes.output;
+  EXPECT_NE(with_notes.output.find("lr_half      6      finished  "), std::string::npos)
+      << with_notes.output;
 }
 
 // The validation perplexity tools/plot_metrics.py reads from the metrics file `file`, as

@@ -90,17 +90,27 @@ def on_lineage(line, step, lineage):
     return index + 1 == len(lineage) or step <= lineage[index + 1][0]
 
 
-def read_run(run):
-    """{(kind, key): [(step, training seconds, value), ...]} of one run, sorted by step."""
+def read_text(run):
+    """The text of a run's metrics file; MetricsError naming it when it cannot be read."""
     if not os.path.exists(run):
         raise MetricsError(f"{run}: no such run directory or metrics file")
     path = metrics_file(run)
     try:
         with open(path, encoding="utf-8") as stream:
-            text = stream.read()
-        lines = text.splitlines()
+            return stream.read()
     except OSError as error:
         raise MetricsError(f"{path}: cannot read the metrics file ({error.strerror})") from None
+    except UnicodeDecodeError:
+        raise MetricsError(f"{path}: not a metrics file (not UTF-8 text)") from None
+
+
+def read_run(run, text=None):
+    """{(kind, key): [(step, training seconds, value), ...]} of one run, sorted by step;
+    `text` is its metrics file's when already read."""
+    path = metrics_file(run)
+    if text is None:
+        text = read_text(run)
+    lines = text.splitlines()
     latest = {}  # (kind, step) -> (training seconds, record); a later record replaces
     offset, previous_wall = 0.0, None
     # With lineages (every run record has one): every record with its line, in file order.
@@ -173,29 +183,28 @@ def read_run(run):
 OWN_KEYS = {"checkpoint.dir", "train.metrics_dir", "checkpoint.resume", "checkpoint.overwrite"}
 
 
-def run_records(run):
-    """The run's "run" records on the line of training it ended on (as read_run keeps its
-    values), oldest first, and the summary of its last process (None when that process
-    wrote none: killed, or still running)."""
+def run_records(text):
+    """The "run" records of a metrics file's text on the line of training the run ended on
+    (as read_run keeps its values), oldest first, and the summary of its last process (None
+    when that process wrote none: killed, or still running)."""
     records, summary, final_lineage = [], None, None
-    with open(metrics_file(run), encoding="utf-8") as stream:
-        for line in stream:
-            if not line.startswith(('{"kind": "run", ', '{"kind": "summary", ',
-                                    '{"kind": "branch", ')):
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue  # (a line cut short: read_run has judged the file)
-            if record["kind"] == "summary":
-                summary = record
-                continue
-            lineage = parse_lineage(record.get("lineage"))
-            if lineage is not None:
-                final_lineage = lineage
-            if record["kind"] == "run":
-                summary = None  # an earlier process's is not this one's end
-                records.append((record, lineage))
+    for line in text.splitlines():
+        if not line.startswith(('{"kind": "run", ', '{"kind": "summary", ',
+                                '{"kind": "branch", ')):
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # (a line cut short: read_run has judged the file)
+        if record["kind"] == "summary":
+            summary = record
+            continue
+        lineage = parse_lineage(record.get("lineage"))
+        if lineage is not None:
+            final_lineage = lineage
+        if record["kind"] == "run":
+            summary = None  # an earlier process's is not this one's end
+            records.append((record, lineage))
     if final_lineage is not None:
         records = [(record, lineage) for record, lineage in records
                    if lineage is None or
@@ -225,12 +234,19 @@ def best_of(points, lower_is_better):
 
 
 def table(runs):
-    """The --table text: a header line and a line per run, columns aligned."""
-    labels = run_labels(runs)
-    rows, settings = [], []
-    for run, label in zip(runs, labels):
-        series = read_run(run)
-        records, summary = run_records(run)
+    """The --table text: a header line and a line per run, columns aligned; and a message
+    for each run that cannot be read (a shell pattern catching a file that is no metrics
+    file leaves the others' lines)."""
+    rows, settings, problems = [], [], []
+    readable = []
+    for run in runs:
+        try:
+            text = read_text(run)
+            readable.append((run, text, read_run(run, text)))
+        except MetricsError as error:
+            problems.append(str(error))
+    for (run, text, series), label in zip(readable, run_labels([run for run, _, _ in readable])):
+        records, summary = run_records(text)
         # Each key's values over the processes of the line, in order, repeats merged.
         values = {}
         for record in records:
@@ -274,8 +290,9 @@ def table(runs):
     for row, values in zip(rows, settings):
         row += ["->".join(values[key]) if key in values else "n/a" for key in keys]
     widths = [max(len(line[i]) for line in [header] + rows) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
-                     for line in [header] + rows) + "\n"
+    lines = "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
+                      for line in [header] + rows) + "\n" if rows else ""
+    return lines, problems
 
 
 def run_labels(runs):
@@ -368,10 +385,13 @@ def main():
                              "validation values with their steps, the settings that differ)")
     args = parser.parse_args()
     if args.table:
-        try:
-            sys.stdout.write(table(args.runs))
-        except MetricsError as error:
-            sys.exit(f"plot_metrics.py: {error}")
+        lines, problems = table(args.runs)
+        sys.stdout.write(lines)
+        sys.stdout.flush()
+        for problem in problems:
+            print(f"plot_metrics.py: {problem} (left out of the table)", file=sys.stderr)
+        if problems:
+            sys.exit(1)
         return
     out_dir = args.out or os.path.join(
         os.path.dirname(os.path.abspath(metrics_file(args.runs[0]))), "plots")

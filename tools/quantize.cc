@@ -26,7 +26,6 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/output_file.h"
 #include "common/error.h"
-#include "config/config.h"
 #include "decode/compute_type.h"
 #include "model/checkpoint_params.h"
 #include "tools/tool_main.h"
@@ -95,10 +94,7 @@ int main(int argc, char** argv) {
     // hand-made file's, whose quantization goes on without it)
     std::string digest;
     try {
-      const thpc::Config stored = thpc::load_config_text(
-          source.config_ini, command.checkpoint + " (stored configuration)");
-      digest = ", params_sha256 " +
-               thpc::parameters_sha256(source, stored.model, command.checkpoint);
+      digest = ", params_sha256 " + thpc::parameters_sha256(source, command.checkpoint);
     } catch (const thpc::Error&) {
     }
     const std::string from =

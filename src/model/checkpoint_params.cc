@@ -42,6 +42,11 @@ std::string parameters_sha256(const Checkpoint& checkpoint, const ModelConfig& m
   return digest.hex_digest();
 }
 
+std::string parameters_sha256(const Checkpoint& checkpoint, const std::string& source) {
+  const Config stored = load_config_text(checkpoint.config_ini, source + " (stored configuration)");
+  return parameters_sha256(checkpoint, stored.model, source);
+}
+
 void load_parameters(const Checkpoint& checkpoint, const std::string& source,
                      Transformer& model) {
   check_architecture(checkpoint, model, source);

@@ -27,6 +27,9 @@ void check_architecture(const Checkpoint& checkpoint, const Transformer& model,
 // size (a checkpoint of another architecture).
 std::string parameters_sha256(const Checkpoint& checkpoint, const ModelConfig& model,
                               const std::string& source);
+// The same for the model the checkpoint's stored configuration describes (what a tool
+// holding only the file has); also throws when that configuration cannot be read.
+std::string parameters_sha256(const Checkpoint& checkpoint, const std::string& source);
 
 // Loads the parameters of any checkpoint (a step or an average) into `model`, after
 // checking the architecture: what decoding and checkpoint.init start from.

@@ -471,9 +471,10 @@ void Trainer::apply_start_options(std::ostream& log) {
     std::error_code no_path;
     const std::string absolute = std::filesystem::absolute(options.dir, no_path).string();
     const bool relative = !no_path && absolute != options.dir;
-    log << "checkpoint.resume=" << options.resume << ": no valid checkpoint in "
-        << options.dir << (relative ? " (" + absolute + ")" : std::string())
-        << ", starting from step 0" << std::endl;
+    nothing_to_resume_note_ = "checkpoint.resume=" + options.resume +
+                              ": no valid checkpoint in " + options.dir +
+                              (relative ? " (" + absolute + ")" : std::string()) +
+                              ", starting from step 0";
   }
   if (!path.empty()) {
     resume_from(path, checkpoint, start, log);
@@ -734,6 +735,7 @@ bool Trainer::start_up(std::ostream& out) {
   if (stopped_before_training(comm_, completed_steps_, out)) return false;
   metrics_path_ = claim_run_directory(config_, comm_, run_id_, resumed_from_, completed_steps_,
                                       resumed_lineage_, out);
+  if (!nothing_to_resume_note_.empty()) out << nothing_to_resume_note_ << std::endl;
   // The directory is this run's: the damaged checkpoints passed over go aside now, not
   // before a refusal (claim_run_directory judges by the files it can read).
   if (comm_.is_root()) keeping_.move_invalid_aside(start_choice_, out);

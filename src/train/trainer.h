@@ -152,6 +152,9 @@ class Trainer {
   // run directory is claimed: a refused start touches nothing (auto_or_fresh renamed every
   // damaged checkpoint of a copied run directory, then refused it as another run's).
   CheckpointKeeping::StartChoice start_choice_;
+  // checkpoint.resume's "found nothing, starting from step 0", said once the directory is
+  // claimed: before, it preceded the refusal of a directory whose checkpoints are gone.
+  std::string nothing_to_resume_note_;
 
   // run()'s phases follow, in the order it takes them; RunProgress (run_progress.h) is
   // the state they share between steps: clocks, counts, rank 0's log and metrics file.
