@@ -1112,7 +1112,10 @@ TEST_F(DecodeProgram, TreeConstraintsHoldWithAParserVocabularyWithoutPad) {
   checkpoint.params = gather_named(model.params(), *backend, model.params().params());
   checkpoint.spm_model = read_file(dir_ / "spm_trees.model");
   write_checkpoint((dir_ / "parser_no_pad.h5").string(), checkpoint);
-  const std::vector<std::string> sentences = {"the cat sat", "a dog ran home", "it rained"};
+  // The last with characters the vocabulary lacks: the tree's words are still the line's
+  // (SentencePiece's text had " ⁇ " for each, and a tree of other words, a helper's walk).
+  const std::vector<std::string> sentences = {"the cat sat", "a dog ran home", "it rained",
+                                              "the ~cat s\xc3\xa4t"};
   {
     std::ofstream input(dir_ / "sentences.txt");
     for (const std::string& sentence : sentences) input << sentence << "\n";
@@ -1152,6 +1155,17 @@ TEST_F(DecodeProgram, TreeConstraintsHoldWithAParserVocabularyWithoutPad) {
       EXPECT_EQ(leaf_words, expected) << trees[i];
     }
   }
+  // A length limit too short for a tree over a line's words is refused, naming the line:
+  // its search could only end in an unfinished tree, which was written without a word.
+  std::string out, err;
+  EXPECT_EQ(decode("--tree-constraints --max-len-a 0 --max-len-b 6 --beam 2", out, err,
+                   "parser_no_pad.h5", /*spm_model=*/false, "sentences.txt"),
+            2)
+      << err;
+  EXPECT_NE(err.find("--tree-constraints: line 2 of the input needs 7 tokens for the shortest "
+                     "tree over its words"),
+            std::string::npos)
+      << err;
 }
 
 // An output's unknown token is written as SentencePiece writes it, " ⁇ ", not dropped: the

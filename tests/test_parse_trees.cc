@@ -263,6 +263,18 @@ TEST(Trees, DelinearizeCountsEachWayATreeCameAndNamesALineOfOtherTags) {
                                 "the right-branching baseline"),
             std::string::npos)
       << counted.output;
+  EXPECT_EQ(counted.output.find("held words other than"), std::string::npos) << counted.output;
+  // Trees of the words themselves, one with a word the decoder changed ("c" for "b"):
+  // well-formed, and said (before: counted well-formed without a word, a helper's walk).
+  const std::string of_words = write("s2", "(S a b )\n(S a c )\n(S (NP a ) b )\n(S a XX )\n");
+  const auto changed = run_process(kTrees + " delinearize --words " + words + " --tags " + tags +
+                                   " --input " + of_words + " --output /dev/null");
+  EXPECT_EQ(changed.exit_code, 0) << changed.output;
+  EXPECT_NE(changed.output.find("4 well-formed, 0 repaired, 0 replaced"), std::string::npos)
+      << changed.output;
+  EXPECT_NE(changed.output.find("note: 1 of them held words other than " + words + "'s"),
+            std::string::npos)
+      << changed.output;
   for (const std::string& other : {std::string("DT NN VB\n"), std::string("DT\n")}) {
     const std::string other_tags = write("t1", other);
     const std::string two_words = write("w1", "a b\n");

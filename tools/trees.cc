@@ -339,10 +339,12 @@ int reconstruct(const CommandLine& command) {
                          << " has " << words.size());
   }
   size_t counts[3] = {0, 0, 0};
+  size_t other_words = 0;
   for (size_t i = 0; i < words.size(); ++i) {
     const thpc::parse::Delinearized result =
         thpc::parse::delinearize(sequences[i], words[i], tags[i]);
     ++counts[static_cast<int>(result.how)];
+    other_words += result.other_words;
     out += thpc::parse::to_evalb_line(result.tree) + "\n";
   }
   write_output(command.output, out);
@@ -351,6 +353,13 @@ int reconstruct(const CommandLine& command) {
             << counts[1] << " repaired, " << counts[2]
             << " replaced by the right-branching baseline -> " << output_name(command.output)
             << "\n";
+  // Trees of words (not placeholders) whose words a decoder changed: "well-formed" said
+  // nothing of it (a helper's walk: "dog" in place of "cat", counted well-formed).
+  if (other_words > 0) {
+    std::cerr << "delinearize: note: " << other_words << " of them held words other than "
+              << command.words_path << "'s (decoded without --tree-constraints?): their "
+              << "trees hold " << command.words_path << "'s words in those slots\n";
+  }
   return 0;
 }
 

@@ -19,6 +19,7 @@ void TreeTokenFilter::classify(const std::vector<std::string>& pieces, int eos_i
   THPC_CHECK(eos_id >= 0 && eos_id < static_cast<int>(pieces.size()),
              "eos id " << eos_id << " outside the vocabulary of " << pieces.size());
   kind_.assign(pieces.size(), Kind::kOther);
+  bracket_text_.assign(pieces.size(), std::string());
   const std::string word_piece = kWordMarker + parse::kWordPlaceholder;
   const std::string close_piece = kWordMarker + ")";
   const std::string open_prefix = kWordMarker + "(";  // followed by the label
@@ -30,6 +31,7 @@ void TreeTokenFilter::classify(const std::vector<std::string>& pieces, int eos_i
     } else if (piece == close_piece) {
       kind_[id] = Kind::kClose;
       close = true;
+      bracket_text_[id] = ")";
     } else if (placeholder && piece == word_piece) {
       kind_[id] = Kind::kWord;
       word = true;
@@ -37,6 +39,7 @@ void TreeTokenFilter::classify(const std::vector<std::string>& pieces, int eos_i
                piece.compare(0, open_prefix.size(), open_prefix) == 0) {
       kind_[id] = Kind::kOpen;
       open = true;
+      bracket_text_[id] = piece.substr(kWordMarker.size());
     }
   }
   if (!open || !close || (placeholder && !word)) {
@@ -138,6 +141,55 @@ void TreeTokenFilter::allowed_next(int source, const TokenSequence& prefix, int 
     allow(Kind::kOpen);
   }
   if (at_word_boundary && empty == 0 && !(depth == 1 && placed < words)) allow(Kind::kClose);
+}
+
+int TreeTokenFilter::shortest_tree(int source) const {
+  const int sources = static_cast<int>(copy_words_ ? source_pieces_.size()
+                                                   : words_per_source_.size());
+  THPC_CHECK(source >= 0 && source < sources, "source " << source << " of " << sources);
+  const int words = copy_words_ ? static_cast<int>(source_pieces_[source].size())
+                                : words_per_source_[source];
+  return words <= 0 ? 1 : words + 3;  // (nothing to parse: eos alone)
+}
+
+std::string TreeTokenFilter::text_with_words(int source, const TokenSequence& tokens,
+                                             const std::string& line) const {
+  THPC_CHECK(copy_words_, "text_with_words is for trees whose leaves are the words");
+  THPC_CHECK(source >= 0 && source < static_cast<int>(source_pieces_.size()),
+             "source " << source << " of " << source_pieces_.size());
+  std::vector<std::string> words;
+  for (size_t at = line.find_first_not_of(" \t"); at != std::string::npos;) {
+    const size_t end = line.find_first_of(" \t", at);
+    words.push_back(line.substr(at, end == std::string::npos ? end : end - at));
+    at = end == std::string::npos ? end : line.find_first_not_of(" \t", end);
+  }
+  // The word of each source piece: a piece that begins with "▁" begins the next word.
+  const TokenSequence& pieces = source_pieces_[source];
+  std::vector<int> word_of(pieces.size());
+  int word = -1;
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    word += k == 0 || begins_word_[pieces[k]];
+    word_of[k] = word;
+  }
+  if (word + 1 != static_cast<int>(words.size())) return "";
+  std::string text;
+  size_t placed = 0;  // the source pieces placed so far (the filter placed them in order)
+  for (const int32_t id : tokens) {
+    const bool known = id >= 0 && id < static_cast<int>(kind_.size());
+    std::string item;
+    if (known && (kind_[id] == Kind::kOpen || kind_[id] == Kind::kClose)) {
+      item = bracket_text_[id];
+    } else if (known && kind_[id] == Kind::kOther && placed < pieces.size() &&
+               pieces[placed] == id) {
+      // A word's first piece writes the whole word; its other pieces nothing.
+      if (placed == 0 || word_of[placed] != word_of[placed - 1]) item = words[word_of[placed]];
+      ++placed;
+    } else {
+      return "";  // not a hypothesis of this filter's (a search without it)
+    }
+    if (!item.empty()) text += (text.empty() ? "" : " ") + item;
+  }
+  return text;
 }
 
 void TreeTokenFilter::rescore(int source, const TokenSequence& prefix, float* log_probs) const {

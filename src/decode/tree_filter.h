@@ -49,6 +49,23 @@ class TreeTokenFilter final : public NextTokenFilter {
   // F1 4.1 instead of 30.2 on the WSJ sample after 600 CPU steps).
   void rescore(int source, const TokenSequence& prefix, float* log_probs) const override;
 
+  // The tokens of the shortest tree over source `source`'s words, eos counted: the root's
+  // two brackets, the word tokens (placeholders, or the source's pieces) and eos. A length
+  // limit below it leaves only unfinished trees.
+  int shortest_tree(int source) const;
+  // Whether the trees' leaves are the words themselves (else placeholders).
+  bool copies_words() const { return copy_words_; }
+
+  // Word mode: a hypothesis `tokens` of source `source` as text, its words those of
+  // `line` (the input line the source was encoded from, words split on spaces and tabs)
+  // and its brackets the pieces' "(LABEL" and ")": the words exactly as given, where
+  // SentencePiece's text has a character its vocabulary lacks as " ⁇ " (a word with "~"
+  // or "é" became two, and the tree's words shifted) or a character normalised. "" when
+  // the source's pieces do not split into the line's words one group a word (a
+  // normalisation that made or joined words: the caller writes SentencePiece's text).
+  std::string text_with_words(int source, const TokenSequence& tokens,
+                              const std::string& line) const;
+
  private:
   // kOther: in word mode a word piece; kNever: pad and bos (word mode).
   enum class Kind : char { kOther, kOpen, kClose, kWord, kEos, kNever };
@@ -59,6 +76,7 @@ class TreeTokenFilter final : public NextTokenFilter {
   std::vector<int> words_per_source_;          // placeholder mode
   std::vector<TokenSequence> source_pieces_;   // word mode (copy_words_)
   std::vector<char> begins_word_;              // word mode: the piece starts with "▁"
+  std::vector<std::string> bracket_text_;      // "(LABEL" or ")" by id, "" for the rest
   bool copy_words_ = false;
 };
 

@@ -304,6 +304,7 @@ Delinearized delinearize(const std::string& sequence, const std::vector<std::str
         repaired = true;
       }
     } else if (next_word < words.size()) {
+      if (token != kWordPlaceholder && token != words[next_word]) result.other_words = true;
       stack.back().children.push_back(make_preterminal(tags[next_word], words[next_word]));
       ++next_word;
     } else {

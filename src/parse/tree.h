@@ -103,6 +103,9 @@ enum class Reconstruction { kWellFormed, kRepaired, kBaseline };
 struct Delinearized {
   TreeNode tree;
   Reconstruction how = Reconstruction::kWellFormed;
+  // A word slot held a word other than the input word it took (neither it nor the
+  // placeholder): a decoder that wrote the words changed some. The tree holds the input's.
+  bool other_words = false;
 };
 
 // The tree a decoded sequence describes over `words` (tagged with `tags`, the same
