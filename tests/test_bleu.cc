@@ -680,7 +680,8 @@ TEST_F(ScoreProgram, MissingFile) {
 TEST_F(ScoreProgram, LineCountMismatch) {
   const std::string ref = write("ref.txt", "a b\nc d\n");
   const std::string hyp = write("hyp.txt", "a b\n");
-  expect_one_line_error(run_score(ref + " -i " + hyp), 1, {ref, "2 lines", hyp, "has 1"});
+  expect_one_line_error(run_score(ref + " -i " + hyp), 1,
+                        {ref, "2 lines", hyp, "has 1", "one line per reference line"});
   EXPECT_EQ(run_score(ref + " -i " + hyp).err.find("carriage return"), std::string::npos);
   // Lines ended by a carriage return alone (classic Mac OS text) read as one line, as
   // sacreBLEU reads them: the count that differs says why, in transformer_decode's words

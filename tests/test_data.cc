@@ -1611,7 +1611,9 @@ TEST_F(DataPipeline, ExtentsAndCountsTheFileDoesNotHoldAreRefusedBeforeAllocatin
     H5Fclose(file);
   }
   expect_error([&] { read_shard_summary(most); },
-               {most, "for 9223372036854775807 pairs (expected 9223372036854775808)"});
+               {most, "for the 9223372036854775807 pairs its attribute pairs states (expected "
+                      "9223372036854775808): the shard is damaged (re-run "
+                      "transformer_preprocess)"});
 }
 
 TEST_F(DataPipeline, BadShardsFailWithOneClearMessage) {
@@ -1848,6 +1850,26 @@ TEST_F(DataPipeline, TheStoredSentencePieceModelIsCheckedAsTheTokensAre) {
   }
   expect_error([&] { read_shard_summary(fractional); },
                {fractional, "attribute vocab_size of ", "is float64, not a whole number"});
+  // Written as text (h5py's attrs['vocab_size'] = '120'): "text", not HDF5's class name
+  // and width ("non-numeric64", a helper's walk).
+  const std::string text = altered_shard("text_vocab", [](ShardContents&) {});
+  {
+    const hid_t file = H5Fopen(text.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(H5Adelete(file, "vocab_size"), 0);
+    const hid_t scalar = H5Screate(H5S_SCALAR);
+    const hid_t string_type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(string_type, H5T_VARIABLE);
+    const hid_t attribute =
+        H5Acreate2(file, "vocab_size", string_type, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    const char* value = "120";
+    H5Awrite(attribute, string_type, &value);
+    H5Aclose(attribute);
+    H5Tclose(string_type);
+    H5Sclose(scalar);
+    H5Fclose(file);
+  }
+  expect_error([&] { read_shard_summary(text); },
+               {text, "attribute vocab_size of / is text, not a whole number"});
 }
 
 // Validation shards of another vocabulary than the training shards are refused before

@@ -639,6 +639,35 @@ TEST_F(RunOutputs, AMetricsRecordThatCannotBeWrittenStopsTheRecordsNotTheRun) {
   EXPECT_LE(fs::file_size(dir / "metrics.jsonl"), written + 40);
 }
 
+// The first record not written (here a resume's, a file-size limit reached by the metrics
+// file before it): the start stops, exit 2, saying why and what to do (before: exit 1 with
+// the system's reason alone, a helper's walk with a full metrics directory), and trains
+// no step.
+TEST_F(RunOutputs, AMetricsFileThatCannotTakeItsFirstRecordStopsTheStart) {
+  const fs::path dir = root_ / "first_record";
+  const std::string command = trainer_command() + " --checkpoint.every_steps=2" +
+                              " --checkpoint.dir=" + dir.string();
+  const ProcessResult first = run_process(command + " --train.max_steps=2");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  // Blank lines (which readers pass over) up to 1 KiB short of an 8 MiB limit (MPI's start
+  // needs 4 MiB): the run record, with the configuration, does not fit.
+  const uintmax_t limit = 8u << 20;
+  std::ofstream(dir / "metrics.jsonl", std::ios::app)
+      << std::string(limit - fs::file_size(dir / "metrics.jsonl") - 1024, '\n');
+  const ProcessResult refused =
+      run_process("bash -c 'ulimit -f " + std::to_string(limit >> 10) + "; " + command +
+                  " --train.max_steps=4 --checkpoint.resume=auto'");
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("error: cannot write the metrics file " +
+                                (dir / "metrics.jsonl").string() + " (File too large): the "
+                                "process's file-size limit (ulimit -f, or the batch system's)"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_NE(refused.output.find("(train.metrics_dir chooses where it goes)"), std::string::npos)
+      << refused.output;
+  EXPECT_FALSE(fs::exists(dir / "step_00000004.h5"));
+}
+
 // The run's directory deleted while it runs (by hand, a cleaning script): the records went
 // on into the unlinked files and were lost with them (the checkpoints' lock check makes
 // the directory again). Both files are made again, with a warning each.

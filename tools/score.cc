@@ -933,7 +933,9 @@ int run(const CommandLine& command) {
                   << (references[r].size() == 1 ? " line" : " lines") << ", but " << source
                   << " has " << hypotheses.size()
                   << carriage_return_hint(command.reference_paths[r], references[r])
-                  << carriage_return_hint(source, hypotheses));
+                  << carriage_return_hint(source, hypotheses)
+                  << " (a hypothesis is scored against the reference line of its number: "
+                  << "one line per reference line, an empty line for an empty translation)");
       }
     }
   }

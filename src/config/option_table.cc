@@ -580,8 +580,11 @@ std::string parse_real(const std::string& text, Real* value) {
   Real parsed = 0;
   const auto result = std::from_chars(text.data(), end, parsed);
   if (result.ec == std::errc::result_out_of_range) {
-    return quoted(text) + " is out of the range of a " +
-           (std::is_same_v<Real, float> ? "float" : "double");
+    // (from_chars says so of a value too small as of one too large: 1e-50 as a float)
+    const bool tiny = text.find_first_of("eE") != std::string::npos &&
+                      text.find('-', text.find_first_of("eE")) != std::string::npos;
+    return quoted(text) + (tiny ? " is too close to 0 for a " : " is out of the range of a ") +
+           (std::is_same_v<Real, float> ? "float" : "double") + (tiny ? " (give 0)" : "");
   }
   if (result.ec != std::errc() || result.ptr != end || text.empty()) {
     return quoted(text) + " is not a number";

@@ -274,8 +274,10 @@ class ShardFileReader {
     const std::string name = "/" + side + "/offsets";
     // (pairs is any int64 the file states: pairs + 1 could overflow)
     if (static_cast<int64_t>(values.size()) - 1 != pairs) {
-      THPC_FAIL(path_ << ": " << name << " has " << values.size() << " entries for " << pairs
-                      << " pairs (expected " << static_cast<uint64_t>(pairs) + 1 << ")");
+      THPC_FAIL(path_ << ": " << name << " has " << values.size() << " entries for the "
+                      << pairs << " pairs its attribute pairs states (expected "
+                      << static_cast<uint64_t>(pairs) + 1 << "): the shard is damaged (re-run "
+                      << "transformer_preprocess)");
     }
     if (values.front() != 0) THPC_FAIL(path_ << ": " << name << " does not start at 0");
     for (size_t i = 1; i < values.size(); ++i) {

@@ -36,6 +36,8 @@ bool stores_values(hid_t dataset, hsize_t count, size_t value_size, bool chunked
 // "float32", "uint8", "non-numeric64": a stored type in the words of Type<T>::kName.
 std::string type_name(hid_t type) {
   const H5T_class_t type_class = H5Tget_class(type);
+  // (text has no width a reader knows: "non-numeric64" was a variable-length string's)
+  if (type_class == H5T_STRING) return "text";
   const char* kind = type_class == H5T_FLOAT     ? "float"
                      : type_class == H5T_INTEGER ? (H5Tget_sign(type) == H5T_SGN_2 ? "int" : "uint")
                                                  : "non-numeric";

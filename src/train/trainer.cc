@@ -24,6 +24,7 @@
 #include "common/sha256.h"
 #include "common/source_version.h"
 #include "distributed/rank_failures.h"
+#include "io/atomic_file.h"
 #include "train/footprint.h"
 #include "train/idle_settings.h"
 #include "train/lr_schedule.h"
@@ -840,7 +841,33 @@ void Trainer::begin_training(RunProgress& run) {
                                 .string();
   start.command_line = config_.command_line_text();
   start.config = config_.to_ini();
-  run.metrics.write_run_start(start);
+  // Its first record not written (a full disk or quota, a file-size limit): nothing is
+  // trained yet, so the run stops on every rank, saying why and what to do, as the start
+  // refuses a directory it cannot write (before: rank 0 alone, "cannot write the metrics
+  // file ... (No space left on device)", exit 1; a later record's failure costs only the
+  // records). The empty files it opened are a start's that recorded no value: the next
+  // start removes them.
+  std::string unwritable;
+  if (comm_.is_root()) {
+    try {
+      run.metrics.write_run_start(start);
+    } catch (const Error& error) {
+      const std::filesystem::path dir = std::filesystem::path(metrics_path_).parent_path();
+      std::error_code unsized;
+      const uintmax_t written = std::filesystem::file_size(metrics_path_, unsized);
+      const std::string advice = storage_advice(dir.empty() ? "." : dir.string(), error.what(),
+                                                unsized ? 0 : written);
+      unwritable = std::string(error.what()) + ": " +
+                   (advice.empty() ? "check its directory's permissions and space" : advice) +
+                   " (train.metrics_dir chooses where it goes)";
+    }
+  }
+  {
+    const Communicator::WaitLimit bounded(comm_, config_.dist.timeout_s,
+                                          "the metrics file's first record");
+    unwritable = comm_.broadcast_from_root(unwritable);
+  }
+  if (!unwritable.empty()) throw AllRanksError(unwritable, 2);
 }
 
 StepDecision Trainer::decide_step(const StepStats& stats, DivergenceKind divergence,
