@@ -175,8 +175,9 @@ DryRunStart check_the_start(const thpc::Config& config, const std::string& chose
     // the learning rate's jump (a dry run before a changed resume said none: a helper's
     // sweep), another number of ranks, where the data continues.
     start.idle_keys_said = thpc::log_resume_notes(
-        checkpoint, chosen, thpc::stored_configuration(checkpoint), config, ranks,
-        on_a_gpu(config), position_note, notes);
+                               checkpoint, chosen, thpc::stored_configuration(checkpoint),
+                               config, ranks, on_a_gpu(config), position_note, notes)
+                               .idle_keys;
   } else if (!options.init.empty()) {
     const thpc::Checkpoint init = thpc::read_init_checkpoint(options);
     if (source) thpc::check_checkpoint_vocabulary(init, options.init, *source, config);
@@ -547,9 +548,18 @@ void show_checkpoint(const std::string& path, std::ostream& out) {
     out << "# params_sha256 n/a: " << error.what() << "\n";
   }
   if (!stored.checkpoint.resume.empty()) {
+    const bool changed =
+        !thpc::ini_header_values(checkpoint.config_ini, thpc::kSettingsChanged).empty();
+    // (written before 2026-12-07: no "settings changed" lines, whatever its resumes did)
+    const bool unknown = thpc::ini_header_value(checkpoint.config_ini, thpc::kWrittenBy).empty();
     out << "# note: the process that wrote it was started with checkpoint.resume = "
-        << stored.checkpoint.resume << ": its settings are that process's, and a resume may "
-        << "have changed some (each process's are in the run's metrics.jsonl run records)\n";
+        << stored.checkpoint.resume << ": its settings are that process's"
+        << (changed   ? ", and resumes of its run changed some (the \"settings changed\" "
+                        "lines below say which, from which step)"
+            : unknown ? ", and a resume may have changed some (each process's are in the "
+                        "run's metrics.jsonl run records)"
+                      : "; no resume of its run changed any")
+        << "\n";
   }
   out << "# note: the keys that name the run's own files are commented out (\"# key = value "
          "(the run's own)\"): a run from this file writes its own\n";

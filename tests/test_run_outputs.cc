@@ -405,6 +405,20 @@ TEST_F(RunOutputs, PlotsTableComparesRunsByTheirBestValuesAndTheSettingsThatDiff
       " --train.lr_scale=1 --checkpoint.every_steps=2 --checkpoint.resume=auto" +
       " --checkpoint.dir=" + other.string());
   ASSERT_EQ(at_another_rate.exit_code, 0) << at_another_rate.output;
+  // ... and so do its checkpoints, whose stored configuration is the last process's alone
+  // (a sweep walk read it as a clean run at rate 1): a line at the head says from when.
+  const std::string resumed_config = read_checkpoint((other / "step_00000006.h5").string())
+                                         .config_ini;
+  EXPECT_NE(resumed_config.find("\n# settings changed: at step 4: train.max_steps = 6 (was 4), "
+                                "train.lr_scale = 1 (was 0.5)\n"),
+            std::string::npos)
+      << resumed_config;
+  const ProcessResult shown = run_process(kBuild + "transformer_hpc --show-checkpoint " +
+                                          (other / "step_00000006.h5").string());
+  EXPECT_NE(shown.output.find("and resumes of its run changed some (the \"settings changed\" "
+                              "lines below say which, from which step)"),
+            std::string::npos)
+      << shown.output;
   const ProcessResult changed = run_process(
       python_interpreter().path + " " THPC_SOURCE_DIR "/tools/plot_metrics.py " +
       (root_ / "run/checkpoints").string() + " " + other.string() + " --table");
@@ -427,6 +441,16 @@ TEST_F(RunOutputs, PlotsTableComparesRunsByTheirBestValuesAndTheSettingsThatDiff
       << with_notes.output;
   EXPECT_NE(with_notes.output.find("lr_half      6      finished  "), std::string::npos)
       << with_notes.output;
+  // A later resume keeps the earlier change's line and adds its own.
+  const ProcessResult longer = run_process(
+      trainer_command() + " --train.max_steps=8 --train.log_every=2 --train.valid_every=2" +
+      " --checkpoint.every_steps=2 --checkpoint.resume=auto --checkpoint.dir=" + other.string());
+  ASSERT_EQ(longer.exit_code, 0) << longer.output;
+  EXPECT_EQ(ini_header_values(read_checkpoint((other / "step_00000008.h5").string()).config_ini,
+                              kSettingsChanged),
+            (std::vector<std::string>{
+                "at step 4: train.max_steps = 6 (was 4), train.lr_scale = 1 (was 0.5)",
+                "at step 6: train.max_steps = 8 (was 6)"}));
 }
 
 // The validation perplexity tools/plot_metrics.py reads from the metrics file `file`, as

@@ -481,15 +481,20 @@ std::string Config::command_line_text() const {
   return text;
 }
 
-std::string ini_header_value(const std::string& ini, const char* label) {
+std::vector<std::string> ini_header_values(const std::string& ini, const char* label) {
   std::istringstream lines(ini);
   const std::string prefix = "# " + std::string(label) + ": ";
-  std::string value;
+  std::vector<std::string> values;
   for (std::string line; std::getline(lines, line);) {
     if (!line.empty() && line[0] == '[') break;
-    if (line.rfind(prefix, 0) == 0) value = line.substr(prefix.size());
+    if (line.rfind(prefix, 0) == 0) values.push_back(line.substr(prefix.size()));
   }
-  return value;
+  return values;
+}
+
+std::string ini_header_value(const std::string& ini, const char* label) {
+  const std::vector<std::string> values = ini_header_values(ini, label);
+  return values.empty() ? std::string() : values.back();
 }
 
 std::string help_text() {

@@ -194,6 +194,10 @@ inline constexpr const char* kAveragedFrom = "averaged from";
 inline constexpr const char* kInitialisedFrom = "initialised from";
 // An int8 copy's float source (transformer_quantize): "PATH (step S, params_sha256 X)".
 inline constexpr const char* kQuantizedFrom = "quantized from";
+// A resume's settings that took effect from its step: "at step S: KEY = V (was W), ...",
+// one line per such resume, kept by the later ones (the configuration stored is the last
+// process's: a run whose lr_scale a resume changed read as a clean run of the new value).
+inline constexpr const char* kSettingsChanged = "settings changed";
 // `ini` (a stored configuration) with "# LINE" comment lines added at the end of its head
 // (after its last comment line before the first blank line or section): a derived
 // checkpoint's own lines (kAveragedFrom) after those of the run it came from.
@@ -202,6 +206,8 @@ std::string with_header_lines(const std::string& ini, const std::vector<std::str
 // first section: an average of averages adds its own kAveragedFrom line after its
 // input's), "" when it has none (a configuration stored before 2026-12-07).
 std::string ini_header_value(const std::string& ini, const char* label);
+// Every such value, in order (kSettingsChanged has one line per resume).
+std::vector<std::string> ini_header_values(const std::string& ini, const char* label);
 
 // Parses argv. Returns false if --help was given (the help text is printed to stdout).
 // Any problem (unknown key, wrong type, bad value, missing file) throws thpc::Error

@@ -71,12 +71,12 @@ void note_learning_rate_jump(const Checkpoint& checkpoint, const Config& then,
 // checkpoint.resume, which says how this run started, is left out, and so is a
 // path written another way (same_path_written_otherwise). Those that change nothing in
 // this run are said apart, with why.
-std::vector<std::string> note_changed_settings(const Checkpoint& checkpoint,
-                                               const std::optional<Config>& written,
-                                               const Config& config, const RunShape& run,
-                                               std::ostream& log) {
-  std::vector<std::string> idle_keys;
-  if (checkpoint.config_ini.empty()) return idle_keys;
+ResumeNotes note_changed_settings(const Checkpoint& checkpoint,
+                                  const std::optional<Config>& written, const Config& config,
+                                  const RunShape& run, std::ostream& log) {
+  ResumeNotes notes;
+  std::vector<std::string>& idle_keys = notes.idle_keys;
+  if (checkpoint.config_ini.empty()) return notes;
   std::ostringstream changed, idle;
   int count = 0, idle_count = 0;
   for (const ConfigDifference& difference :
@@ -102,6 +102,7 @@ std::vector<std::string> note_changed_settings(const Checkpoint& checkpoint,
     log << "note: " << count << (count == 1 ? " setting differs" : " settings differ")
         << " from the run that wrote the checkpoint, from this step on: " << changed.str()
         << std::endl;
+    notes.changed = changed.str();
   }
   if (idle_count > 0) {
     log << "note: " << idle_count << (idle_count == 1 ? " setting differs" : " settings differ")
@@ -109,7 +110,7 @@ std::vector<std::string> note_changed_settings(const Checkpoint& checkpoint,
         << " no effect in this run: " << idle.str() << std::endl;
   }
   if (written) note_learning_rate_jump(checkpoint, *written, config, log);
-  return idle_keys;
+  return notes;
 }
 
 // A note when the checkpoint resumed from was written by another number of ranks. A step
@@ -245,17 +246,16 @@ void note_other_arithmetic(const Checkpoint& checkpoint, const std::string& comp
       << "taken in another order round otherwise)" << std::endl;
 }
 
-std::vector<std::string> log_resume_notes(const Checkpoint& checkpoint, const std::string& path,
-                                          const std::optional<Config>& written,
-                                          const Config& config, int ranks, bool on_gpu,
-                                          const std::string& data_position_note,
-                                          std::ostream& log) {
+ResumeNotes log_resume_notes(const Checkpoint& checkpoint, const std::string& path,
+                             const std::optional<Config>& written, const Config& config,
+                             int ranks, bool on_gpu, const std::string& data_position_note,
+                             std::ostream& log) {
   note_world_size_change(checkpoint, written, ranks, config.train, log);
-  std::vector<std::string> idle_keys =
+  ResumeNotes notes =
       note_changed_settings(checkpoint, written, config, RunShape{on_gpu, ranks}, log);
   if (!data_position_note.empty()) log << data_position_note << std::endl;
   note_missing_best_valid(checkpoint, path, config.train, log);
-  return idle_keys;
+  return notes;
 }
 
 }  // namespace thpc

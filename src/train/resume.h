@@ -49,14 +49,18 @@ std::optional<Config> stored_configuration(const Checkpoint& checkpoint);
 // GPU-only keys when `on_gpu` is false), `data_position_note`
 // (position_at_this_budget's), best validation values the checkpoint lacks, and the
 // learning rate's jump where the schedule's settings changed (`written`: the checkpoint's
-// stored_configuration, the notes comparing with it left out when it is empty). Returns
-// the keys it named as without effect here, which the start-up's idle_settings_note then
-// leaves out (it named them twice, the second time without the checkpoint's value).
-std::vector<std::string> log_resume_notes(const Checkpoint& checkpoint, const std::string& path,
-                                          const std::optional<Config>& written,
-                                          const Config& config, int ranks, bool on_gpu,
-                                          const std::string& data_position_note,
-                                          std::ostream& log);
+// stored_configuration, the notes comparing with it left out when it is empty).
+struct ResumeNotes {
+  // The keys named as without effect here, which the start-up's idle_settings_note then
+  // leaves out (it named them twice, the second time without the checkpoint's value).
+  std::vector<std::string> idle_keys;
+  // The settings that take effect from here, "key = value (was value), ...", or "".
+  std::string changed;
+};
+ResumeNotes log_resume_notes(const Checkpoint& checkpoint, const std::string& path,
+                             const std::optional<Config>& written, const Config& config,
+                             int ranks, bool on_gpu, const std::string& data_position_note,
+                             std::ostream& log);
 
 // A note when `checkpoint` was computed otherwise than this run computes (`computed_by`,
 // compute_identity's: the backend, the matrix products' library and kernels, the GPU),

@@ -442,6 +442,23 @@ void Trainer::restore(const Checkpoint& checkpoint, const std::string& source) {
   }
 }
 
+void Trainer::record_settings_changed(const Checkpoint& checkpoint, const std::string& now) {
+  const std::string prefix = std::string(kSettingsChanged) + ": ";
+  provenance_.erase(std::remove_if(provenance_.begin(), provenance_.end(),
+                                   [&](const std::string& line) {
+                                     return line.rfind(prefix, 0) == 0;
+                                   }),
+                    provenance_.end());
+  // (the values as stored: header_line would escape an escaped line break again)
+  for (const std::string& earlier : ini_header_values(checkpoint.config_ini, kSettingsChanged)) {
+    provenance_.push_back(prefix + earlier);
+  }
+  if (!now.empty()) {
+    provenance_.push_back(
+        header_line(kSettingsChanged, "at step " + std::to_string(checkpoint.step) + ": " + now));
+  }
+}
+
 void Trainer::record_initialised_from(const std::string& model) {
   const std::string prefix = std::string(kInitialisedFrom) + ": ";
   provenance_.erase(std::remove_if(provenance_.begin(), provenance_.end(),
@@ -552,9 +569,11 @@ void Trainer::resume_from(const std::string& path, Checkpoint& checkpoint,
     log << "note: " << path << " is marked " << checkpoint_state_name(checkpoint.state)
         << " (checkpoint.resume names it, so the run continues from it)" << std::endl;
   }
-  idle_keys_said_at_resume_ =
+  const ResumeNotes notes =
       log_resume_notes(checkpoint, path, written, config_, comm_.size(),
                        /*on_gpu=*/backend_->device() >= 0, data_position_note_, log);
+  idle_keys_said_at_resume_ = notes.idle_keys;
+  record_settings_changed(checkpoint, notes.changed);
   if (!valid_change_note_.empty()) log << valid_change_note_ << std::endl;
   note_other_arithmetic(checkpoint, computed_by_, log);
   if (completed_steps_ >= config_.train.max_steps) {

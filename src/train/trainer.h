@@ -242,6 +242,9 @@ class Trainer {
   std::vector<std::string> provenance_;
   // Sets provenance_'s kInitialisedFrom line to `model` (a fine-tuning's origin).
   void record_initialised_from(const std::string& model);
+  // Sets provenance_'s kSettingsChanged lines to the resumed checkpoint's and, when this
+  // resume changed settings (`now`: ResumeNotes::changed), one more at its step.
+  void record_settings_changed(const Checkpoint& checkpoint, const std::string& now);
 
   std::string resumed_from_;  // the checkpoint this process resumed from, or "".
   std::vector<BranchStart> resumed_lineage_;  // its lineage (Checkpoint::lineage)
