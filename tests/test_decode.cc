@@ -1112,10 +1112,13 @@ TEST_F(DecodeProgram, TreeConstraintsHoldWithAParserVocabularyWithoutPad) {
   checkpoint.params = gather_named(model.params(), *backend, model.params().params());
   checkpoint.spm_model = read_file(dir_ / "spm_trees.model");
   write_checkpoint((dir_ / "parser_no_pad.h5").string(), checkpoint);
-  // The last with characters the vocabulary lacks: the tree's words are still the line's
+  // The fourth with characters the vocabulary lacks: the tree's words are still the line's
   // (SentencePiece's text had " ⁇ " for each, and a tree of other words, a helper's walk).
+  // The last with a word that SentencePiece splits in two (a no-break space, a space
+  // after NFKC): one word of the tree still, no bracket inside it (a review's trees took
+  // shifted words).
   const std::vector<std::string> sentences = {"the cat sat", "a dog ran home", "it rained",
-                                              "the ~cat s\xc3\xa4t"};
+                                              "the ~cat s\xc3\xa4t", "a\xc2\xa0" "dog ran"};
   {
     std::ofstream input(dir_ / "sentences.txt");
     for (const std::string& sentence : sentences) input << sentence << "\n";
@@ -1155,9 +1158,29 @@ TEST_F(DecodeProgram, TreeConstraintsHoldWithAParserVocabularyWithoutPad) {
       EXPECT_EQ(leaf_words, expected) << trees[i];
     }
   }
+  // A word SentencePiece drops (a zero-width space): the line's tree is SentencePiece's
+  // text, said.
+  std::ofstream(dir_ / "dropped.txt") << "the \xe2\x80\x8b cat sat\n";
+  std::string out, err;
+  // Without --tree-constraints, a parser's vocabulary (its labelled brackets) is noted.
+  ASSERT_EQ(decode("--beam 2", out, err, "parser_no_pad.h5", /*spm_model=*/false,
+                   "sentences.txt"),
+            0)
+      << err;
+  EXPECT_NE(err.find("holds the bracket pieces of a parser's linearized trees: "
+                     "--tree-constraints decodes only well-formed trees"),
+            std::string::npos)
+      << err;
+  ASSERT_EQ(decode("--tree-constraints --tree-leaves words --beam 2", out, err,
+                   "parser_no_pad.h5", /*spm_model=*/false, "dropped.txt"),
+            0)
+      << err;
+  EXPECT_NE(err.find("warning: 1 line's tree is written with SentencePiece's text, not the "
+                     "line's own words"),
+            std::string::npos)
+      << err;
   // A length limit too short for a tree over a line's words is refused, naming the line:
   // its search could only end in an unfinished tree, which was written without a word.
-  std::string out, err;
   EXPECT_EQ(decode("--tree-constraints --max-len-a 0 --max-len-b 6 --beam 2", out, err,
                    "parser_no_pad.h5", /*spm_model=*/false, "sentences.txt"),
             2)

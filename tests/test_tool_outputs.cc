@@ -1199,5 +1199,20 @@ TEST_F(ToolOutputs, AnInterruptWhileACorpusReplacesAnotherLeavesAWholeOne) {
   EXPECT_EQ(again.exit_code, 0) << again.output;
 }
 
+// A failure in the system's words (the project's own writers: std::strerror) is read as
+// one in HDF5's "(errno N)": a full file system or quota with 16 MiB or more left was
+// "check its directory's permissions and space" (a review of the metrics file's start).
+TEST(StorageAdvice, ReadsTheSystemsWordsAsItReadsErrnoNumbers) {
+  const std::string dir = fs::temp_directory_path().string();
+  for (const int error : {ENOSPC, EDQUOT}) {
+    const std::string failure =
+        "cannot write the metrics file m.jsonl (" + std::string(std::strerror(error)) + ")";
+    const std::string advice = storage_advice(dir, failure, 0);
+    EXPECT_NE(advice.find("the file system (or this user's quota) of " + dir), std::string::npos)
+        << failure << ": " << advice;
+  }
+  EXPECT_EQ(storage_advice(dir, "cannot write m.jsonl (Permission denied)", 0), "");
+}
+
 }  // namespace
 }  // namespace thpc

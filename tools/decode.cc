@@ -472,6 +472,11 @@ struct InputBuffer {
   // The search, with --tree-constraints' filter over these lines.
   thpc::BeamOptions options;
   std::unique_ptr<thpc::TreeTokenFilter> tree_filter;
+  // With words as the trees' leaves: each line's words (split at spaces and tabs), which
+  // its trees are written with; empty for a line whose pieces do not split into them
+  // (written with SentencePiece's text), counted in unmatched_tree_lines.
+  std::vector<std::vector<std::string>> tree_words;
+  int64_t unmatched_tree_lines = 0;
 };
 
 // Encodes lines with `spm`: a line longer than the position table holds (eos takes one of
@@ -598,20 +603,55 @@ thpc::BeamOptions search_options(const Arguments& args, const thpc::DecodeConfig
 
 // --tree-constraints' filter: well-formed linearized trees over each input line's words,
 // the words as placeholders XX or as themselves (--tree-leaves, else the checkpoint's
-// decode.tree_leaves). Throws naming the SentencePiece model when its vocabulary cannot
-// write trees.
+// decode.tree_leaves; with words, sets input.tree_words). Throws naming the SentencePiece
+// model when its vocabulary cannot write trees.
 std::unique_ptr<thpc::TreeTokenFilter> make_tree_filter(const Arguments& args,
                                                         const thpc::DecodeConfig& stored,
                                                         const SentencePieceModel& spm,
-                                                        const InputBuffer& input) {
+                                                        InputBuffer& input) {
   std::vector<std::string> pieces;
   for (int id = 0; id < spm.vocabulary.size; ++id) {
     pieces.push_back(thpc::piece_of(spm.processor, spm.vocabulary, id));
   }
   try {
     if (args.tree_leaves.value_or(stored.tree_leaves) == "words") {
+      // Each line's words and their pieces, each word encoded alone: where these are the
+      // line's pieces, one word each, the trees bracket only between the words and are
+      // written with them. (SentencePiece splits a word at a character NFKC makes a space,
+      // NBSP, and drops one it deletes, a zero-width space: a review's lines whose trees
+      // took shifted words.)
+      std::vector<std::vector<int>> pieces_per_word(input.lines.size());
+      input.tree_words.assign(input.lines.size(), {});
+      for (size_t i = 0; i < input.lines.size(); ++i) {
+        if (input.sources[i].empty()) continue;
+        std::vector<std::string> words;
+        std::istringstream fields(input.lines[i]);  // (spaces and tabs, as the line is read)
+        for (std::string word; std::getline(fields, word, ' ');) {
+          std::istringstream tabbed(word);
+          for (std::string part; std::getline(tabbed, part, '\t');) {
+            if (!part.empty()) words.push_back(part);
+          }
+        }
+        thpc::TokenSequence joined;
+        std::vector<int> counts;
+        for (const std::string& word : words) {
+          std::vector<int> ids;
+          spm.processor.Encode(word, &ids).IgnoreError();
+          counts.push_back(static_cast<int>(ids.size()));
+          joined.insert(joined.end(), ids.begin(), ids.end());
+        }
+        const bool matched = joined == input.sources[i] &&
+                             std::find(counts.begin(), counts.end(), 0) == counts.end();
+        if (matched) {
+          pieces_per_word[i] = std::move(counts);
+          input.tree_words[i] = std::move(words);
+        } else {
+          ++input.unmatched_tree_lines;
+        }
+      }
       return std::make_unique<thpc::TreeTokenFilter>(pieces, spm.vocabulary.ids, input.sources,
-                                                     static_cast<size_t>(input.first_line));
+                                                     static_cast<size_t>(input.first_line),
+                                                     pieces_per_word);
     }
     std::vector<int> words;
     for (const std::string& line : input.lines) {
@@ -1026,9 +1066,10 @@ void write_translations(std::ostream& out, const InputBuffer& buffer, int nbest,
                                                                : nullptr;
   const auto text = [&](size_t line, const thpc::Hypothesis& hypothesis) {
     const std::string with_words =
-        trees ? trees->text_with_words(static_cast<int>(line), hypothesis.tokens,
-                                       buffer.lines[line])
-              : std::string();
+        trees && !buffer.tree_words[line].empty()
+            ? trees->text_with_words(static_cast<int>(line), hypothesis.tokens,
+                                     buffer.tree_words[line])
+            : std::string();
     return with_words.empty() ? thpc::detokenize(spm, hypothesis.tokens) : with_words;
   };
   for (size_t i = 0; i < buffer.hypotheses.size(); ++i) {
@@ -1145,8 +1186,21 @@ int run(const Arguments& args) {
   // A parser's vocabulary (its brackets whole pieces, transformer_preprocess --user-symbols)
   // decoded without --tree-constraints writes trees that delinearize must repair: test F1
   // 12.7 against 32.4 constrained, in a helper's walk, without a word.
+  // (and an opening bracket with its label, "▁(NP": "▁)" alone is a piece of any
+  // vocabulary of text with spaced parentheses, Moses-tokenized WMT's; a review's false
+  // note)
+  const bool labelled_bracket = [&] {
+    for (int id = 0; id < spm.processor.GetPieceSize(); ++id) {
+      const std::string piece = spm.processor.IdToPiece(id);
+      if (piece.rfind("\xe2\x96\x81(", 0) == 0 && piece.size() > 4 &&
+          std::isupper(static_cast<unsigned char>(piece[4]))) {
+        return true;
+      }
+    }
+    return false;
+  }();
   if (!args.tree_constraints && !args.sampling &&
-      spm.processor.PieceToId("\xe2\x96\x81)") != spm.processor.unk_id()) {
+      spm.processor.PieceToId("\xe2\x96\x81)") != spm.processor.unk_id() && labelled_bracket) {
     std::cerr << "transformer_decode: note: " << spm.name << " holds the bracket pieces of a "
               << "parser's linearized trees: --tree-constraints decodes only well-formed trees "
               << "over each line's words (docs/parsing.md)\n";
@@ -1204,6 +1258,7 @@ int run(const Arguments& args) {
   InputBuffer buffer;
   Findings found;
   int64_t stopped_by_the_table = 0;  // translations_stopped_by_the_table's, summed
+  int64_t unmatched_tree_lines = 0;  // InputBuffer::unmatched_tree_lines, summed
   std::optional<thpc::tools::Progress> progress;
   std::optional<WorkerPool> workers;
   bool one_buffer = false;
@@ -1290,6 +1345,7 @@ int run(const Arguments& args) {
         write_translations(out, buffer, options.nbest, spm.processor);
         lines_translated += buffer.lines.size();
         stopped_by_the_table += translations_stopped_by_the_table(buffer, options);
+        unmatched_tree_lines += buffer.unmatched_tree_lines;
         // Each buffer's translations out before the next is read (a reader waiting for
         // them: --output /dev/stdout, a pipe), and a failed write found at once, not after
         // the whole input (a full disk, a reader gone). Standard output is flushed by
@@ -1319,19 +1375,31 @@ int run(const Arguments& args) {
     // which the input's message alone did not say (a helper's walk; on standard output
     // they are kept).
     if (args.output != "-" && lines_translated > 0) {
+      const std::string lost = "; the " + std::to_string(lines_translated) + " lines "
+                               "translated before it are not written either (--output FILE "
+                               "appears only whole): mend the input, or write to standard "
+                               "output (> " + args.output + ") to keep the translations made "
+                               "before a failure";
       try {
         std::rethrow_exception(decoding_failure);
       } catch (const thpc::Error& error) {
-        THPC_FAIL(error.what() << "; the " << lines_translated << " lines translated before "
-                               << "it are not written either (--output FILE appears only "
-                               << "whole): mend the input, or write to standard output (> "
-                               << args.output << ") to keep the translations made before a "
-                               << "failure");
+        THPC_FAIL(error.what() << lost);
+      } catch (const thpc::tools::UsageError& error) {  // (a later line's length limit)
+        throw thpc::tools::UsageError(error.what() + lost);
       }
     }
     std::rethrow_exception(decoding_failure);
   }
   progress->finish();
+  if (unmatched_tree_lines > 0) {
+    std::cerr << "transformer_decode: warning: " << unmatched_tree_lines
+              << (unmatched_tree_lines == 1 ? " line's tree is" : " lines' trees are")
+              << " written with SentencePiece's text, not the line's own words: its pieces do "
+              << "not split into those words one by one (a character SentencePiece makes a "
+              << "space or drops, such as a no-break or zero-width space, or a line cut at "
+              << "the position table), so its leaves may differ from them; replace such "
+              << "characters in the input\n";
+  }
   if (stopped_by_the_table > 0) {
     std::cerr << "transformer_decode: warning: " << stopped_by_the_table
               << (stopped_by_the_table == 1 ? " translation" : " translations")

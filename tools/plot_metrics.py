@@ -38,10 +38,12 @@ summary's, the run's own account, which best.h5 holds; else the best of the line
 plotted), and each setting in which the runs' configurations differ (their run records'
 "config" on the line of training plotted; a value a resume changed shows each value in
 turn, "1->2"; the keys that name a run's own directories left out). It needs no
-matplotlib.
+matplotlib. A RUN that is no readable metrics file (a shell pattern caught a file of
+notes) is left out of the table, named on a line of its own, and the exit code is 1.
 
 Needs matplotlib (tools/install_deps.sh puts it into ~/.cache/thpc-venv). Exit codes: 0
-done, 2 a bad command line, 1 an unreadable or malformed metrics file (one line naming it).
+done, 2 a bad command line, 1 an unreadable or malformed metrics file (one line naming it;
+with --table the other runs' lines are printed).
 """
 import argparse
 import json
@@ -122,7 +124,7 @@ def read_run(run, text=None):
         try:
             record = json.loads(line)
             kind, step, wall = record["kind"], int(record["step"]), float(record["wall_s"])
-        except (ValueError, KeyError, TypeError) as error:
+        except (ValueError, KeyError, TypeError, OverflowError) as error:
             if number == len(lines) and not text.endswith("\n"):
                 break  # a record being written (a live run), or cut short by a crash
             raise MetricsError(f"{path}: line {number}: not a metrics record ({error})") from None

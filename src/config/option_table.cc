@@ -579,10 +579,11 @@ std::string parse_real(const std::string& text, Real* value) {
   const char* const end = text.data() + text.size();
   Real parsed = 0;
   const auto result = std::from_chars(text.data(), end, parsed);
-  if (result.ec == std::errc::result_out_of_range) {
+  if (result.ec == std::errc::result_out_of_range && result.ptr == end) {
     // (from_chars says so of a value too small as of one too large: 1e-50 as a float)
-    const bool tiny = text.find_first_of("eE") != std::string::npos &&
-                      text.find('-', text.find_first_of("eE")) != std::string::npos;
+    const size_t exponent = text.find_first_of("eE");
+    const bool tiny = exponent != std::string::npos && exponent + 1 < text.size() &&
+                      text[exponent + 1] == '-';
     return quoted(text) + (tiny ? " is too close to 0 for a " : " is out of the range of a ") +
            (std::is_same_v<Real, float> ? "float" : "double") + (tiny ? " (give 0)" : "");
   }

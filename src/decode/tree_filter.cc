@@ -59,7 +59,8 @@ TreeTokenFilter::TreeTokenFilter(const std::vector<std::string>& pieces, int eos
 
 TreeTokenFilter::TreeTokenFilter(const std::vector<std::string>& pieces, const SpecialIds& ids,
                                  std::vector<TokenSequence> source_pieces,
-                                 size_t sentence_offset)
+                                 size_t sentence_offset,
+                                 const std::vector<std::vector<int>>& pieces_per_word)
     : source_pieces_(std::move(source_pieces)), copy_words_(true) {
   classify(pieces, ids.eos, /*placeholder=*/false);
   for (const int never : {ids.pad, ids.bos}) {
@@ -67,10 +68,14 @@ TreeTokenFilter::TreeTokenFilter(const std::vector<std::string>& pieces, const S
                "special id " << never << " outside the vocabulary of " << pieces.size());
     kind_[never] = Kind::kNever;
   }
-  begins_word_.assign(pieces.size(), 0);
+  std::vector<char> begins_word(pieces.size(), 0);  // the piece starts with "▁"
   for (size_t id = 0; id < pieces.size(); ++id) {
-    begins_word_[id] = pieces[id].compare(0, kWordMarker.size(), kWordMarker) == 0;
+    begins_word[id] = pieces[id].compare(0, kWordMarker.size(), kWordMarker) == 0;
   }
+  THPC_CHECK(pieces_per_word.empty() || pieces_per_word.size() == source_pieces_.size(),
+             pieces_per_word.size() << " word splits for " << source_pieces_.size()
+                                    << " sources");
+  word_starts_.resize(source_pieces_.size());
   for (size_t s = 0; s < source_pieces_.size(); ++s) {
     for (const int32_t id : source_pieces_[s]) {
       THPC_CHECK(id >= 0 && id < static_cast<int>(kind_.size()),
@@ -81,6 +86,24 @@ TreeTokenFilter::TreeTokenFilter(const std::vector<std::string>& pieces, const S
                   << pieces[id]
                   << "' (a bracket, pad, bos or eos): its words cannot be the tree's words");
       }
+    }
+    std::vector<char>& starts = word_starts_[s];
+    const TokenSequence& source = source_pieces_[s];
+    if (!pieces_per_word.empty() && !pieces_per_word[s].empty()) {
+      starts.assign(source.size(), 0);
+      size_t at = 0;
+      for (const int count : pieces_per_word[s]) {
+        THPC_CHECK(count >= 1 && at + count <= source.size(),
+                   "source " << s << ": its words' piece counts exceed its " << source.size()
+                             << " pieces");
+        starts[at] = 1;
+        at += count;
+      }
+      THPC_CHECK(at == source.size(), "source " << s << ": its words' piece counts sum to "
+                                                << at << ", not its " << source.size());
+    } else {
+      starts.resize(source.size());
+      for (size_t k = 0; k < source.size(); ++k) starts[k] = k == 0 || begins_word[source[k]];
     }
   }
 }
@@ -124,7 +147,7 @@ void TreeTokenFilter::allowed_next(int source, const TokenSequence& prefix, int 
   }
   // Brackets go between words: in word mode not inside a word's pieces.
   const bool at_word_boundary =
-      !copy_words_ || placed == words || begins_word_[source_pieces_[source][placed]];
+      !copy_words_ || placed == words || word_starts_[source][placed];
   // Tokens still needed after this one to finish: the words left, a close per open
   // constituent, eos. An opening bracket adds itself and its close.
   const int length = static_cast<int>(prefix.size());
@@ -153,22 +176,16 @@ int TreeTokenFilter::shortest_tree(int source) const {
 }
 
 std::string TreeTokenFilter::text_with_words(int source, const TokenSequence& tokens,
-                                             const std::string& line) const {
+                                             const std::vector<std::string>& words) const {
   THPC_CHECK(copy_words_, "text_with_words is for trees whose leaves are the words");
   THPC_CHECK(source >= 0 && source < static_cast<int>(source_pieces_.size()),
              "source " << source << " of " << source_pieces_.size());
-  std::vector<std::string> words;
-  for (size_t at = line.find_first_not_of(" \t"); at != std::string::npos;) {
-    const size_t end = line.find_first_of(" \t", at);
-    words.push_back(line.substr(at, end == std::string::npos ? end : end - at));
-    at = end == std::string::npos ? end : line.find_first_not_of(" \t", end);
-  }
-  // The word of each source piece: a piece that begins with "▁" begins the next word.
+  // The word of each source piece.
   const TokenSequence& pieces = source_pieces_[source];
   std::vector<int> word_of(pieces.size());
   int word = -1;
   for (size_t k = 0; k < pieces.size(); ++k) {
-    word += k == 0 || begins_word_[pieces[k]];
+    word += word_starts_[source][k];
     word_of[k] = word;
   }
   if (word + 1 != static_cast<int>(words.size())) return "";
@@ -203,7 +220,7 @@ void TreeTokenFilter::rescore(int source, const TokenSequence& prefix, float* lo
   const TokenSequence& pieces = source_pieces_[source];
   if (placed >= static_cast<int>(pieces.size())) return;
   const int32_t next = pieces[placed];
-  if (!begins_word_[next]) {  // inside a word: the next piece is forced, it costs nothing
+  if (!word_starts_[source][placed]) {  // inside a word: the next piece is forced, free
     log_probs[next] = 0.0f;
     return;
   }

@@ -34,9 +34,14 @@ class TreeTokenFilter final : public NextTokenFilter {
   // never words. Throws when the vocabulary has no "▁)" or no opening bracket, or a
   // source holds a bracket piece, pad, bos, eos or an id outside it (naming the sentence
   // by its 1-based number in the input: sentence_offset + its index + 1, the offset of a
-  // caller that holds a part of the input at a time).
+  // caller that holds a part of the input at a time). `pieces_per_word`, where given, is
+  // each source's words' piece counts (one entry per input word, the source split so),
+  // an empty list for a source to split at the "▁" pieces: brackets go only between the
+  // input's words, where SentencePiece would split one (a character NFKC makes a space)
+  // or a "▁" piece fall inside it.
   TreeTokenFilter(const std::vector<std::string>& pieces, const SpecialIds& ids,
-                  std::vector<TokenSequence> source_pieces, size_t sentence_offset = 0);
+                  std::vector<TokenSequence> source_pieces, size_t sentence_offset = 0,
+                  const std::vector<std::vector<int>>& pieces_per_word = {});
 
   void allowed_next(int source, const TokenSequence& prefix, int max_len,
                     std::vector<char>& allowed) const override;
@@ -56,15 +61,14 @@ class TreeTokenFilter final : public NextTokenFilter {
   // Whether the trees' leaves are the words themselves (else placeholders).
   bool copies_words() const { return copy_words_; }
 
-  // Word mode: a hypothesis `tokens` of source `source` as text, its words those of
-  // `line` (the input line the source was encoded from, words split on spaces and tabs)
-  // and its brackets the pieces' "(LABEL" and ")": the words exactly as given, where
-  // SentencePiece's text has a character its vocabulary lacks as " ⁇ " (a word with "~"
-  // or "é" became two, and the tree's words shifted) or a character normalised. "" when
-  // the source's pieces do not split into the line's words one group a word (a
-  // normalisation that made or joined words: the caller writes SentencePiece's text).
+  // Word mode: a hypothesis `tokens` of source `source` as text, its words `words` (the
+  // input line's, as the constructor's pieces_per_word split the source) and its brackets
+  // the pieces' "(LABEL" and ")": the words exactly as given, where SentencePiece's text
+  // has a character its vocabulary lacks as " ⁇ " (a word with "~" or "é" became two, and
+  // the tree's words shifted) or a character normalised. "" when the source's words are
+  // not `words.size()` (the caller writes SentencePiece's text).
   std::string text_with_words(int source, const TokenSequence& tokens,
-                              const std::string& line) const;
+                              const std::vector<std::string>& words) const;
 
  private:
   // kOther: in word mode a word piece; kNever: pad and bos (word mode).
@@ -75,7 +79,7 @@ class TreeTokenFilter final : public NextTokenFilter {
   std::vector<Kind> kind_;
   std::vector<int> words_per_source_;          // placeholder mode
   std::vector<TokenSequence> source_pieces_;   // word mode (copy_words_)
-  std::vector<char> begins_word_;              // word mode: the piece starts with "▁"
+  std::vector<std::vector<char>> word_starts_;  // word mode: per source piece, a word's first
   std::vector<std::string> bracket_text_;      // "(LABEL" or ")" by id, "" for the rest
   bool copy_words_ = false;
 };

@@ -352,7 +352,15 @@ std::string standard_output_failure() {
 
 std::string storage_advice(const std::string& directory, const std::string& failure,
                            uintmax_t bytes_written) {
-  const auto says = [&](const char* text) { return failure.find(text) != std::string::npos; };
+  // HDF5's failures say "(errno N)"; the project's own writers give the system's words
+  // (std::strerror), which a quota or a full file system with 16 MiB left was not read
+  // from (a review: "check its directory's permissions and space").
+  const auto says = [&](const char* text) {
+    if (failure.find(text) != std::string::npos) return true;
+    int number = 0;
+    return std::sscanf(text, "(errno %d)", &number) == 1 &&
+           failure.find(std::string("(") + std::strerror(number) + ")") != std::string::npos;
+  };
   rlimit limit{};
   const bool limited = ::getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY;
   if (limited && (says("(errno 27)") || bytes_written + (1u << 20) >= limit.rlim_cur)) {
