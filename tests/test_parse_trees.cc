@@ -275,6 +275,13 @@ TEST(Trees, DelinearizeCountsEachWayATreeCameAndNamesALineOfOtherTags) {
   EXPECT_NE(changed.output.find("note: 1 of them held words other than " + words + "'s"),
             std::string::npos)
       << changed.output;
+  // New text has no tags: without --tags every word is tagged XX.
+  const auto untagged = run_process(kTrees + " delinearize --words " + words + " --input " +
+                                    of_words + " --output -");
+  EXPECT_EQ(untagged.exit_code, 0) << untagged.output;
+  EXPECT_NE(untagged.output.find("(TOP (S (XX a) (XX b)))\n(TOP (S (XX a) (XX b)))\n(TOP (S (NP (XX a)) (XX b)))"),
+            std::string::npos)
+      << untagged.output;
   for (const std::string& other : {std::string("DT NN VB\n"), std::string("DT\n")}) {
     const std::string other_tags = write("t1", other);
     const std::string two_words = write("w1", "a b\n");

@@ -43,8 +43,8 @@ namespace po = boost::program_options;
 
 constexpr const char* kUsageHead =
     "usage: transformer_trees linearize [--leaves XX|words] --output PREFIX FILE.mrg ...\n"
-    "       transformer_trees delinearize --words W --tags T [--input SEQ] --output OUT\n"
-    "       transformer_trees baseline --words W --tags T --output OUT\n"
+    "       transformer_trees delinearize --words W [--tags T] [--input SEQ] --output OUT\n"
+    "       transformer_trees baseline --words W [--tags T] --output OUT\n"
     "\n"
     "linearize    Penn Treebank .mrg trees -> PREFIX.words (sentences), PREFIX.tree\n"
     "             (targets such as '(S (NP XX XX ) (VP XX ) XX )', or with --leaves words\n"
@@ -87,7 +87,9 @@ po::options_description describe(CommandLine& command, std::string& leaves,
        "required)")
       ("tags", po::value(&command.tags_path)->value_name("T"),
        "delinearize, baseline: their part-of-speech tags, one sentence per line "
-       "(PREFIX.tags; required)")
+       "(PREFIX.tags); without it every word is tagged XX: trees of new text, which no "
+       "tagger has tagged (transformer_evalb's scores need the gold tags: COLLINS.prm's "
+       "punctuation rule reads them)")
       ("input", po::value(&command.input_path)->value_name("SEQ"),
        "delinearize: the decoded sequences, one per line (default: standard input)");
   if (with_positionals) {
@@ -169,9 +171,7 @@ CommandLine parse_command_line(int argc, char** argv) {
       THPC_FAIL("--leaves: " << error.what());
     }
   } else {
-    if (command.words_path.empty() || command.tags_path.empty()) {
-      THPC_FAIL(command.command << " needs --words and --tags");
-    }
+    if (command.words_path.empty()) THPC_FAIL(command.command << " needs --words");
     if (!command.files.empty()) THPC_FAIL("unexpected argument '" << command.files.front() << "'");
   }
   // linearize's --output is a prefix of four files: one that names a directory wrote its
@@ -287,7 +287,16 @@ int linearize_files(const CommandLine& command) {
 
 int reconstruct(const CommandLine& command) {
   const auto words = read_token_lines(command.words_path);
-  const auto tags = read_token_lines(command.tags_path);
+  // Without --tags, the placeholder tag for every word (a parser user's walk: trees of new
+  // text needed a tags file made up by hand).
+  const std::vector<std::vector<std::string>> tags = [&] {
+    if (!command.tags_path.empty()) return read_token_lines(command.tags_path);
+    std::vector<std::vector<std::string>> placeholders;
+    for (const std::vector<std::string>& sentence : words) {
+      placeholders.emplace_back(sentence.size(), thpc::parse::kWordPlaceholder);
+    }
+    return placeholders;
+  }();
   if (tags.size() != words.size()) {
     THPC_FAIL(command.tags_path << ": " << tags.size() << " lines, but " << command.words_path
                                 << " has " << words.size());
