@@ -269,6 +269,20 @@ TEST_F(RunDirectory, NothingToResumeIsANewRunInAnotherRunsMetricsDirectory) {
       << reused.output;
   // (refused: no "starting from step 0" before it, as there was)
   EXPECT_EQ(reused.output.find("starting from step 0"), std::string::npos) << reused.output;
+  EXPECT_NE(reused.output.find("; give this run another checkpoint.dir (and "
+                               "train.metrics_dir), move "),
+            std::string::npos)
+      << reused.output;
+  // In a job of jobs/, the run's name is what to change (the job's script sets the rest).
+  const ProcessResult in_a_job = run_process(
+      "THPC_JOB_RUN_DIR=" + (directory_ / "c_moved").string() + " " + kTrainer +
+      "--checkpoint.dir=" + (directory_ / "c_moved" / "checkpoints").string() +
+      " --train.max_steps=2 --checkpoint.resume=auto" + own_metrics);
+  EXPECT_EQ(in_a_job.exit_code, 2) << in_a_job.output;
+  EXPECT_NE(in_a_job.output.find("; give this run another THPC_RUN_NAME than c_moved (a job of "
+                                 "jobs/ trains in runs/THPC_RUN_NAME), move "),
+            std::string::npos)
+      << in_a_job.output;
   EXPECT_NE(reused.output.find("and write over the 1 file of that run left in checkpoint.dir (" +
                                average.string() + ")"),
             std::string::npos)

@@ -45,6 +45,23 @@ namespace thpc {
 
 namespace {
 
+// A job of jobs/ names its run directory THPC_JOB_RUN_DIR (in the launcher's environment),
+// runs/THPC_RUN_NAME: when `dir` is in it, that run name (what to change: a second job
+// given the same name, an array's tasks sharing one, a sweep's next run), else "" (a
+// directory the options chose).
+std::string job_run_name_of(const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  const char* job_dir = std::getenv("THPC_JOB_RUN_DIR");
+  if (job_dir == nullptr || *job_dir == '\0') return "";
+  std::error_code job_error, dir_error;
+  const fs::path job = fs::weakly_canonical(fs::path(job_dir), job_error);
+  const fs::path inside = fs::weakly_canonical(dir, dir_error);
+  const auto mismatch = std::mismatch(job.begin(), job.end(), inside.begin(), inside.end());
+  return !job_error && !dir_error && mismatch.first == job.end() ? job.filename().string()
+                                                                 : "";
+}
+
+
 // Removes `path` from the run directory, saying "note: removed PATH (SIZE), WHY" on `log`,
 // or, for the dry run (DirectoryChanges::OnlySay), keeps it and says "note: training would
 // remove PATH (SIZE), WHY": one line for each, whichever of the run directory's rules
@@ -233,6 +250,13 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
            "yourself, or give this run another checkpoint.dir";
   }
   std::ostringstream message;
+  // In a job of jobs/ the run's name chooses its directories (a helper's sweep was told to
+  // set checkpoint.dir, which the job's script sets).
+  const std::string job = job_run_name_of(options.dir);
+  const std::string another_directory =
+      job.empty() ? "another checkpoint.dir (and train.metrics_dir)"
+                  : "another THPC_RUN_NAME than " + job + " (a job of jobs/ trains in "
+                    "runs/THPC_RUN_NAME)";
   if (lost_checkpoints > 0) {
     message << "checkpoint.resume = " << options.resume << " found nothing to resume in "
             << "checkpoint.dir " << options.dir << ", but its metrics file " << metrics
@@ -254,8 +278,8 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
       }
       message << (left > 3 ? ", ...)" : ")");
     }
-    message << "; give this run another checkpoint.dir (and train.metrics_dir), move "
-            << metrics << " and its event files" << (left > 0 ? " and those files" : "")
+    message << "; give this run " << another_directory << ", move " << metrics
+            << " and its event files" << (left > 0 ? " and those files" : "")
             << " away, or set checkpoint.overwrite = true to delete them first";
     return message.str();
   }
@@ -284,8 +308,8 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
     // led to the refusal of a cleaned directory used again; a helper's sweep)
     message << "continue that run with --checkpoint.resume=auto, ";
   }
-  message << "give this run another checkpoint.dir (and train.metrics_dir), or set "
-          << "checkpoint.overwrite = true to delete them first";
+  message << "give this run " << another_directory << ", or set checkpoint.overwrite = true "
+          << "to delete them first";
   return message.str();
 }
 
@@ -670,23 +694,11 @@ LockedUse trainer_use(const std::string& dir, const std::string& key) {
 // Why `use` cannot take the lock at `path`: `holder` holds it, refreshed `age` seconds ago.
 std::string in_use_refusal(const LockedUse& use, const LockHolder& holder,
                            const std::string& path, double age) {
-  // A job of jobs/ names its run directory THPC_JOB_RUN_DIR (in the launcher's
-  // environment), runs/THPC_RUN_NAME: when the refused directory is in it, the run's
-  // name is what to change (a second job given the same name, an array's tasks sharing
-  // one); not for a directory the options chose.
-  std::string in_a_job;
-  const char* job_dir = use.holder == "trainer" ? std::getenv("THPC_JOB_RUN_DIR") : nullptr;
-  if (job_dir != nullptr && *job_dir != '\0') {
-    namespace fs = std::filesystem;
-    std::error_code job_error, refused_error;
-    const fs::path job = fs::weakly_canonical(fs::path(job_dir), job_error);
-    const fs::path refused = fs::weakly_canonical(fs::path(path).parent_path(), refused_error);
-    const auto mismatch = std::mismatch(job.begin(), job.end(), refused.begin(), refused.end());
-    if (!job_error && !refused_error && mismatch.first == job.end()) {
-      in_a_job = " (in a job of jobs/: another THPC_RUN_NAME than " +
-                 job.filename().string() + ")";
-    }
-  }
+  const std::string job = use.holder == "trainer"
+                              ? job_run_name_of(std::filesystem::path(path).parent_path())
+                              : std::string();
+  const std::string in_a_job =
+      job.empty() ? "" : " (in a job of jobs/: another THPC_RUN_NAME than " + job + ")";
   std::ostringstream message;
   if (!holder.complete()) {
     // Not a holder to wait for, most likely: a file written by hand or by another program,
