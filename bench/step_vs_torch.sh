@@ -49,7 +49,9 @@
 #     eager_tokens_per_s=B compile_tokens_per_s=C compile_peer=NAME eager_ratio=X
 #     compile_ratio=Y mfu=M mfu_spec=N gemm_ceiling_tflops=G ours_peak_mem_gib=...
 #     eager_peak_mem_gib=... compile_peak_mem_gib=...
-#     [on the CPU: ours_gemm=onednn|openblas ours_openblas=CORE...]
+#     [on the CPU: ours_gemm=onednn|openblas ours_openblas=CORE... eager_mfu=M
+#      eager_gemm_ceiling_tflops=G compile_mfu=... compile_gemm_ceiling_tflops=...: each
+#      peer against its own library's ceiling, which it measures]
 # (after ours=NAME with OURS_VARIANTS) with medians over the runs; eager_* is the
 # fastest eager-family peer, compile_* the
 # fastest compiled one ("none" where none ran); a ratio > 1 means transformer_hpc is
@@ -313,6 +315,8 @@ for variant, ours in variants.items():
             "ratio": median([ours[run]["tokens_per_s"] / r["tokens_per_s"]
                              for run, r in ran if run in ours]),
             "peak_mem_gib": median([r.get("peak_mem_gib") for _, r in ran]),
+            "mfu": median([r.get("mfu") for _, r in ran]),
+            "gemm_ceiling_tflops": median([r.get("gemm_ceiling_tflops") for _, r in ran]),
         }
 
     def fastest(family):
@@ -343,5 +347,13 @@ for variant, ours in variants.items():
         # The library of ours' products (kernels/cpu/blas.h), as transformer_bench_step said.
         fields.append(f"ours_gemm={next(iter(ours.values())).get('cpu_gemm') or 'unknown'}")
         fields.append(f"ours_openblas={openblas}")
+        # Each peer against its own library's ceiling (torch.mm's, which it measures):
+        # PyPI's PyTorch multiplies with MKL, 0.11 TFLOP/s a thread on a Zen 5 EPYC where
+        # oneDNN gives ours 0.25, so a ratio there is mostly the libraries' (a helper's
+        # walk); these fields say how much.
+        for family, name in chosen.items():
+            fields.append(f"{family}_mfu={fmt(peers[name]['mfu'] if name else None, 3)}")
+            fields.append(f"{family}_gemm_ceiling_tflops="
+                          f"{fmt(peers[name]['gemm_ceiling_tflops'] if name else None, 4)}")
     print("step_vs_torch: " + " ".join(fields))
 PY
