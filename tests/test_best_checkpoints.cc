@@ -479,6 +479,12 @@ TEST_F(BestCheckpointsTraining, AValidationThatExplodedMarksTheCheckpointsSinceT
   EXPECT_NE(log.str().find("checkpoint to resume from: " + path("run/step_00000006.h5")),
             std::string::npos)
       << log.str();
+  // The run ends at its last step, but said not to end with a model to use (its end was
+  // read as a good one).
+  EXPECT_NE(log.str().find("warning: the run's last validation failed: its checkpoints after "
+                           "step 6 (the last validation it passed) are marked diverged"),
+            std::string::npos)
+      << log.str();
   // --eval scores a diverged checkpoint all the same (its score is the diagnosis) and
   // says that it is marked so; a healthy one without the note.
   for (const std::string step : {"6", "8"}) {

@@ -131,6 +131,8 @@ class DivergenceHandling {
   void judge_validation(double nll, const BestValidation& best_ppl, int64_t step,
                         std::ostream& log);
   bool validation_diverged() const { return validation_diverged_; }
+  // The step of the newest validation that passed (0 before any).
+  int64_t last_good_validation_step() const { return last_good_validation_step_; }
 
  private:
   // Continues from the newest healthy checkpoint of checkpoint.dir (rank 0 chooses, every

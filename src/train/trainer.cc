@@ -1146,6 +1146,16 @@ RunEnd Trainer::finish_training(RunProgress& run) {
   }
   run.out << "checkpoint to resume from: "
           << (comm_.is_root() ? keeping_.resume_point_text() : std::string()) << std::endl;
+  // A run whose last validation failed ends at its last step, but not with a model to
+  // use: its checkpoints since the last passed validation are marked diverged (a helper's
+  // walk read "finished" as a good end). Said at the end, where the summary is read.
+  if (divergence_handling_->validation_diverged()) {
+    run.out << "warning: the run's last validation failed: its checkpoints after step "
+            << divergence_handling_->last_good_validation_step()
+            << " (the last validation it passed) are marked diverged, its end among them; "
+            << "its model to use is the checkpoint to resume from above (or best.h5), and "
+            << "a resume from it with a lower train.lr_scale may go on" << std::endl;
+  }
   // Training ends at the schedule's last step, else early: by checkpoint.patience or by
   // train.max_minutes (the loop's only other ways out).
   const char* ended = run.stopped_by_patience                     ? "patience"
