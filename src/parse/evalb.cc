@@ -21,6 +21,16 @@ namespace {
 bool is_space(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
 bool ends_token(char c) { return c == '\0' || is_space(c) || c == '(' || c == ')'; }
 
+// The label of a tree line's outermost bracket ("" for "( (S ...)"), or nullopt for a
+// line that does not begin with one (a blank line: a sentence the parser skipped).
+std::optional<std::string> outer_label(const std::string& text) {
+  const size_t open = text.find_first_not_of(" \t\r");
+  if (open == std::string::npos || text[open] != '(') return std::nullopt;
+  std::string label;
+  for (const char* p = text.c_str() + open + 1; !ends_token(*p); ++p) label += *p;
+  return label;
+}
+
 std::string format(const char* pattern, ...) {
   char buffer[512];
   va_list arguments;
@@ -427,6 +437,12 @@ EvalbResult Evaluator::run(std::istream& gold_lines, std::istream& test_lines) {
       reading_ = "test";
       Tree test = read_tree(test_text);
       reading_ = "";
+      const std::optional<std::string> gold_root = outer_label(gold_text);
+      const std::optional<std::string> test_root = outer_label(test_text);
+      if (gold_root && test_root && gold_root->empty() != test_root->empty() &&
+          result_.unlabelled_root_against_labelled++ == 0) {
+        result_.first_unlabelled_root_line = line_;
+      }
       score_sentence(gold, test);
       if (parameters_.debug >= 1) print_tables(gold, test);
     }

@@ -88,6 +88,12 @@ struct EvalbResult {
   // stopped the run): EVALB scores pairs of lines and says little when they differ.
   int gold_lines = 0;
   int test_lines = 0;
+  // Sentences whose outermost bracket has no label in one file and one in the other (a
+  // raw treebank's "( (S ..." against "(TOP (S ..."): EVALB scores the unlabelled one as a
+  // bracket and deletes TOP (DELETE_LABEL), so such files score lower than files written
+  // alike, and the first such line of the gold file.
+  int unlabelled_root_against_labelled = 0;
+  int first_unlabelled_root_line = 0;
 };
 
 // Scores `test` against `gold` (one tree per line), writing EVALB's report to `report`
