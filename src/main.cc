@@ -548,17 +548,16 @@ void show_checkpoint(const std::string& path, std::ostream& out) {
     out << "# params_sha256 n/a: " << error.what() << "\n";
   }
   if (!stored.checkpoint.resume.empty()) {
+    // (No line is no proof of no change: a resume by a version before the lines, or of
+    // a checkpoint written by one, wrote none.)
     const bool changed =
         !thpc::ini_header_values(checkpoint.config_ini, thpc::kSettingsChanged).empty();
-    // (written before 2026-12-07: no "settings changed" lines, whatever its resumes did)
-    const bool unknown = thpc::ini_header_value(checkpoint.config_ini, thpc::kWrittenBy).empty();
     out << "# note: the process that wrote it was started with checkpoint.resume = "
         << stored.checkpoint.resume << ": its settings are that process's"
-        << (changed   ? ", and resumes of its run changed some (the \"settings changed\" "
-                        "lines below say which, from which step)"
-            : unknown ? ", and a resume may have changed some (each process's are in the "
-                        "run's metrics.jsonl run records)"
-                      : "; no resume of its run changed any")
+        << (changed ? ", and resumes of its run changed some (the \"settings changed\" lines "
+                      "below say which, from which step)"
+                    : ", and a resume may have changed some (the run's metrics.jsonl run "
+                      "records hold each process's)")
         << "\n";
   }
   out << "# note: the keys that name the run's own files are commented out (\"# key = value "

@@ -1094,24 +1094,29 @@ TEST_F(DecodeProgram, TreeConstraintsHoldWithAParserVocabularyWithoutPad) {
       for (const char* line : lines) corpus << line << "\n";
     }
   }
-  const auto trained = train_test_spm_model(
-      (dir_ / "trees.txt").string(), (dir_ / "spm_trees").string(), 40,
-      "--user_defined_symbols=\xe2\x96\x81(S,\xe2\x96\x81(NP,\xe2\x96\x81(VP,\xe2\x96\x81),"
-      "\xe2\x96\x81XX");
-  ASSERT_TRUE(trained.ok()) << trained.ToString();
-  sentencepiece::SentencePieceProcessor spm;
-  ASSERT_TRUE(spm.Load((dir_ / "spm_trees.model").string()).ok());
-  ASSERT_EQ(spm.pad_id(), -1);
-  const int vocab = spm.GetPieceSize() + 1;
-  auto backend = make_cpu_backend(DType::F32);
-  const Config config = small_model_config();
-  const Transformer model(config.model, vocab, SpecialIds{vocab - 1, 0, 1, 2}, *backend, 11);
-  Checkpoint checkpoint;
-  checkpoint.architecture = architecture_text(config.model, vocab);
-  checkpoint.config_ini = config.to_ini();
-  checkpoint.params = gather_named(model.params(), *backend, model.params().params());
-  checkpoint.spm_model = read_file(dir_ / "spm_trees.model");
-  write_checkpoint((dir_ / "parser_no_pad.h5").string(), checkpoint);
+  // A parser checkpoint NAME.h5 of a random model over a SentencePiece model of the trees
+  // (`flags` added to its training's).
+  const auto make_parser = [&](const std::string& name, const std::string& flags) {
+    const auto trained = train_test_spm_model(
+        (dir_ / "trees.txt").string(), (dir_ / ("spm_" + name)).string(), 40,
+        "--user_defined_symbols=\xe2\x96\x81(S,\xe2\x96\x81(NP,\xe2\x96\x81(VP,\xe2\x96\x81),"
+        "\xe2\x96\x81XX" + flags);
+    ASSERT_TRUE(trained.ok()) << trained.ToString();
+    sentencepiece::SentencePieceProcessor spm;
+    ASSERT_TRUE(spm.Load((dir_ / ("spm_" + name + ".model")).string()).ok());
+    ASSERT_EQ(spm.pad_id(), -1);
+    const int vocab = spm.GetPieceSize() + 1;
+    auto backend = make_cpu_backend(DType::F32);
+    const Config config = small_model_config();
+    const Transformer model(config.model, vocab, SpecialIds{vocab - 1, 0, 1, 2}, *backend, 11);
+    Checkpoint checkpoint;
+    checkpoint.architecture = architecture_text(config.model, vocab);
+    checkpoint.config_ini = config.to_ini();
+    checkpoint.params = gather_named(model.params(), *backend, model.params().params());
+    checkpoint.spm_model = read_file(dir_ / ("spm_" + name + ".model"));
+    write_checkpoint((dir_ / (name + ".h5")).string(), checkpoint);
+  };
+  make_parser("parser_no_pad", "");
   // The fourth with characters the vocabulary lacks: the tree's words are still the line's
   // (SentencePiece's text had " ⁇ " for each, and a tree of other words, a helper's walk).
   // The last with a word that SentencePiece splits in two (a no-break space, a space
@@ -1156,6 +1161,28 @@ TEST_F(DecodeProgram, TreeConstraintsHoldWithAParserVocabularyWithoutPad) {
       std::vector<std::string> expected;
       for (std::string word; words >> word;) expected.push_back(leaves == "XX" ? "XX" : word);
       EXPECT_EQ(leaf_words, expected) << trees[i];
+    }
+  }
+  // A SentencePiece model without the dummy prefix (its first word has no "▁"): the same
+  // trees of the line's words (each word encoded alone matched no such model, a review's).
+  make_parser("parser_no_prefix", " --add_dummy_prefix=false");
+  {
+    std::string out, err;
+    ASSERT_EQ(decode("--tree-constraints --tree-leaves words --beam 2", out, err,
+                     "parser_no_prefix.h5", /*spm_model=*/false, "sentences.txt"),
+              0)
+        << err;
+    EXPECT_EQ(err.find("warning"), std::string::npos) << err;
+    const std::vector<std::string> trees = lines_of(out);
+    ASSERT_EQ(trees.size(), sentences.size()) << out;
+    for (size_t i = 0; i < trees.size(); ++i) {
+      std::istringstream tokens(trees[i]), words(sentences[i]);
+      std::vector<std::string> leaves, expected;
+      for (std::string token; tokens >> token;) {
+        if (token.front() != '(' && token != ")") leaves.push_back(token);
+      }
+      for (std::string word; words >> word;) expected.push_back(word);
+      EXPECT_EQ(leaves, expected) << trees[i];
     }
   }
   // A word SentencePiece drops (a zero-width space): the line's tree is SentencePiece's

@@ -161,6 +161,36 @@ TEST(ResumeNotes, AChangedScheduleSaysTheLearningRatesJump) {
 
 }  // namespace lr_jump
 
+// What a resume records as changed (kSettingsChanged's line): the settings that take effect,
+// those without effect here with why (a key idle on one rank that a later resume on two
+// made count was never recorded: a review's finding), and the number of ranks.
+TEST(ResumeNotes, TheChangesRecordedNameTheRanksAndTheKeysWithoutEffect) {
+  Config then;
+  then.train.max_steps = 4;
+  Config now = then;
+  now.train.max_steps = 6;
+  now.dist.reduce_dtype = "bf16";  // no effect on one rank
+  Checkpoint checkpoint;
+  checkpoint.step = 4;
+  checkpoint.world_size = 2;
+  checkpoint.config_ini = then.to_ini();
+  std::ostringstream log;
+  const ResumeNotes notes = log_resume_notes(checkpoint, "ck.h5", stored_configuration(checkpoint),
+                                             now, 1, false, "", log);
+  EXPECT_EQ(notes.changed.rfind("ranks = 1 (was 2), train.max_steps = 6 (was 4), "
+                                "dist.reduce_dtype = bf16 (was fp32; ",
+                                0),
+            0u)
+      << notes.changed;
+  EXPECT_EQ(notes.idle_keys, std::vector<std::string>{"dist.reduce_dtype"});
+  checkpoint.world_size = 1;
+  checkpoint.config_ini = now.to_ini();
+  EXPECT_EQ(log_resume_notes(checkpoint, "ck.h5", stored_configuration(checkpoint), now, 1,
+                             false, "", log)
+                .changed,
+            "");
+}
+
 // A resume computed otherwise than the checkpoint's steps (another matrix-product library
 // or kernels, another GPU, another backend) says so, naming both: its losses may then
 // differ from an uninterrupted run's in the last bits. The same identity, or a checkpoint

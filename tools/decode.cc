@@ -601,6 +601,42 @@ thpc::BeamOptions search_options(const Arguments& args, const thpc::DecodeConfig
   return options;
 }
 
+// A line's words (split at spaces and tabs) and how many of its pieces `source` (the line
+// as encoded) each holds, by the byte span in the line of each piece SentencePiece gives:
+// a piece belongs to the word holding its last byte, a piece of whitespace alone (the
+// word marker of a model without the dummy prefix) to the next word. False, both left
+// empty, where that is not one piece or more a word, in order (SentencePiece drops a word
+// of a zero-width space, or the source was cut at the position table): a word split by a
+// character NFKC makes a space (a no-break space) stays one word (a review's lines whose
+// trees took shifted words, each word encoded alone fitted no model without the prefix).
+bool line_words_and_pieces(const sentencepiece::SentencePieceProcessor& processor,
+                           const std::string& line, const thpc::TokenSequence& source,
+                           std::vector<std::string>* words, std::vector<int>* counts) {
+  std::vector<std::pair<size_t, size_t>> spans;  // each word's [begin, end) in the line
+  for (size_t at = line.find_first_not_of(" \t"); at != std::string::npos;) {
+    const size_t end = std::min(line.find_first_of(" \t", at), line.size());
+    spans.emplace_back(at, end);
+    at = line.find_first_not_of(" \t", end);
+  }
+  const auto proto = processor.EncodeAsImmutableProto(line);
+  if (proto.pieces_size() != source.size() || spans.empty()) return false;
+  std::vector<int> per_word(spans.size(), 0);
+  size_t word = 0;
+  for (size_t k = 0; k < proto.pieces_size(); ++k) {
+    const auto piece = proto.pieces(static_cast<int>(k));
+    if (static_cast<int32_t>(piece.id()) != source[k]) return false;
+    // The word holding the piece's last byte, else the next word after it.
+    const size_t last = piece.end() > piece.begin() ? piece.end() - 1 : piece.begin();
+    while (word < spans.size() && spans[word].second <= last) ++word;
+    if (word == spans.size()) return false;
+    ++per_word[word];
+  }
+  if (std::find(per_word.begin(), per_word.end(), 0) != per_word.end()) return false;
+  for (const auto& [begin, end] : spans) words->push_back(line.substr(begin, end - begin));
+  *counts = std::move(per_word);
+  return true;
+}
+
 // --tree-constraints' filter: well-formed linearized trees over each input line's words,
 // the words as placeholders XX or as themselves (--tree-leaves, else the checkpoint's
 // decode.tree_leaves; with words, sets input.tree_words). Throws naming the SentencePiece
@@ -615,37 +651,14 @@ std::unique_ptr<thpc::TreeTokenFilter> make_tree_filter(const Arguments& args,
   }
   try {
     if (args.tree_leaves.value_or(stored.tree_leaves) == "words") {
-      // Each line's words and their pieces, each word encoded alone: where these are the
-      // line's pieces, one word each, the trees bracket only between the words and are
-      // written with them. (SentencePiece splits a word at a character NFKC makes a space,
-      // NBSP, and drops one it deletes, a zero-width space: a review's lines whose trees
-      // took shifted words.)
+      // Each line's words and the pieces of each (line_words_and_pieces): the trees
+      // bracket only between the words and are written with them.
       std::vector<std::vector<int>> pieces_per_word(input.lines.size());
       input.tree_words.assign(input.lines.size(), {});
       for (size_t i = 0; i < input.lines.size(); ++i) {
         if (input.sources[i].empty()) continue;
-        std::vector<std::string> words;
-        std::istringstream fields(input.lines[i]);  // (spaces and tabs, as the line is read)
-        for (std::string word; std::getline(fields, word, ' ');) {
-          std::istringstream tabbed(word);
-          for (std::string part; std::getline(tabbed, part, '\t');) {
-            if (!part.empty()) words.push_back(part);
-          }
-        }
-        thpc::TokenSequence joined;
-        std::vector<int> counts;
-        for (const std::string& word : words) {
-          std::vector<int> ids;
-          spm.processor.Encode(word, &ids).IgnoreError();
-          counts.push_back(static_cast<int>(ids.size()));
-          joined.insert(joined.end(), ids.begin(), ids.end());
-        }
-        const bool matched = joined == input.sources[i] &&
-                             std::find(counts.begin(), counts.end(), 0) == counts.end();
-        if (matched) {
-          pieces_per_word[i] = std::move(counts);
-          input.tree_words[i] = std::move(words);
-        } else {
+        if (!line_words_and_pieces(spm.processor, input.lines[i], input.sources[i],
+                                   &input.tree_words[i], &pieces_per_word[i])) {
           ++input.unmatched_tree_lines;
         }
       }

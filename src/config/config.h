@@ -194,9 +194,10 @@ inline constexpr const char* kAveragedFrom = "averaged from";
 inline constexpr const char* kInitialisedFrom = "initialised from";
 // An int8 copy's float source (transformer_quantize): "PATH (step S, params_sha256 X)".
 inline constexpr const char* kQuantizedFrom = "quantized from";
-// A resume's settings that took effect from its step: "at step S: KEY = V (was W), ...",
-// one line per such resume, kept by the later ones (the configuration stored is the last
-// process's: a run whose lr_scale a resume changed read as a clean run of the new value).
+// A resume's changes from its step: "at step S: ranks = N (was M), KEY = V (was W), ...,
+// KEY = V (was W; why it has no effect here)", one line per resume that changed any,
+// kept by the later ones (the configuration stored is the last process's: a run whose
+// lr_scale a resume changed read as a clean run of the new value).
 inline constexpr const char* kSettingsChanged = "settings changed";
 // `ini` (a stored configuration) with "# LINE" comment lines added at the end of its head
 // (after its last comment line before the first blank line or section): a derived

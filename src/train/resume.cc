@@ -102,8 +102,11 @@ ResumeNotes note_changed_settings(const Checkpoint& checkpoint,
     log << "note: " << count << (count == 1 ? " setting differs" : " settings differ")
         << " from the run that wrote the checkpoint, from this step on: " << changed.str()
         << std::endl;
-    notes.changed = changed.str();
   }
+  // Recorded with those that change nothing here and why (kSettingsChanged): a key idle on
+  // one rank that a later resume on two makes count changed nothing in that later
+  // resume's comparison, so its line alone never said (a review's finding).
+  notes.changed = changed.str() + (count > 0 && idle_count > 0 ? ", " : "") + idle.str();
   if (idle_count > 0) {
     log << "note: " << idle_count << (idle_count == 1 ? " setting differs" : " settings differ")
         << " from the run that wrote the checkpoint but " << (idle_count == 1 ? "has" : "have")
@@ -253,6 +256,13 @@ ResumeNotes log_resume_notes(const Checkpoint& checkpoint, const std::string& pa
   note_world_size_change(checkpoint, written, ranks, config.train, log);
   ResumeNotes notes =
       note_changed_settings(checkpoint, written, config, RunShape{on_gpu, ranks}, log);
+  // The number of ranks is no setting, but changes what settings do (dist.*, the batches
+  // each rank takes): recorded beside them.
+  if (checkpoint.world_size > 0 && checkpoint.world_size != ranks) {
+    notes.changed = "ranks = " + std::to_string(ranks) + " (was " +
+                    std::to_string(checkpoint.world_size) + ")" +
+                    (notes.changed.empty() ? "" : ", ") + notes.changed;
+  }
   if (!data_position_note.empty()) log << data_position_note << std::endl;
   note_missing_best_valid(checkpoint, path, config.train, log);
   return notes;

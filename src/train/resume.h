@@ -54,7 +54,9 @@ struct ResumeNotes {
   // The keys named as without effect here, which the start-up's idle_settings_note then
   // leaves out (it named them twice, the second time without the checkpoint's value).
   std::vector<std::string> idle_keys;
-  // The settings that take effect from here, "key = value (was value), ...", or "".
+  // What changed from the checkpoint's run, "key = value (was value), ...": the number of
+  // ranks ("ranks = 2 (was 1)"), the settings that take effect from here, then those
+  // without effect here ("key = value (was value; why)"); "" for none.
   std::string changed;
 };
 ResumeNotes log_resume_notes(const Checkpoint& checkpoint, const std::string& path,
