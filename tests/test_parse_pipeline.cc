@@ -172,6 +172,27 @@ TEST(ParsePipeline, AnEarlierRunsFilesAreMovedAsideAndNeverRemoved) {
   fs::remove_all(work);
 }
 
+// OUT=DIR puts all a run writes in one folder (a parser user's walk with a read-only
+// install needed WORK, --data.dir and --checkpoint.dir each): the text and trees in
+// DIR/work, the shards in DIR/data; an option given still chooses its part.
+TEST(ParsePipeline, OutPutsTheRunsFilesInOneFolder) {
+  THPC_REQUIRE_DATA("ptb_sample/combined/wsj_0199.mrg");
+  const fs::path out = fs::temp_directory_path() / ("thpc_parse_out_" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  const std::string script = "THPC_DATA=" + thpc::data_root() + " BUILD=" + thpc::binary_dir() +
+                             " OUT=" + out.string() + " PREPARE_ONLY=1 bash " +
+                             std::string(THPC_SOURCE_DIR) + "/tools/run_parser.sh";
+  const thpc::ProcessResult prepared = thpc::run_process(script);
+  ASSERT_EQ(prepared.exit_code, 0) << prepared.output;
+  EXPECT_TRUE(fs::exists(out / "data" / "train.00000.h5")) << prepared.output;
+  EXPECT_TRUE(fs::exists(out / "work")) << prepared.output;
+  const thpc::ProcessResult elsewhere =
+      thpc::run_process(script + " --data.dir=" + (out / "shards").string());
+  ASSERT_EQ(elsewhere.exit_code, 0) << elsewhere.output;
+  EXPECT_TRUE(fs::exists(out / "shards" / "train.00000.h5")) << elsewhere.output;
+  fs::remove_all(out);
+}
+
 // Bad input stops the script before any work, with one line that says what to do.
 TEST(ParsePipeline, MissingDataOrConfigIsAClearError) {
   const fs::path work = fs::temp_directory_path() / ("thpc_parse_bad_" + std::to_string(::getpid()));

@@ -16,7 +16,9 @@
 # the script runs (the repository's configs name build/...).
 # Environment: THPC_DATA (required: the folder `bash tools/fetch_data.sh ptb_sample DIR`
 # and `bash tools/fetch_data.sh evalb DIR` fill), BUILD (default the repository's build/,
-# wherever the caller stands), WORK (the text and trees, default BUILD/parse), MAX_LEN
+# wherever the caller stands), OUT=DIR (one folder for all the run writes: WORK defaults to
+# DIR/work, --data.dir to DIR/data, --checkpoint.dir to DIR/checkpoints; a read-only
+# install's user needed all three), WORK (the text and trees, default BUILD/parse), MAX_LEN
 # (the longest training pair in pieces, default 200), EVAL_LIMIT (decode only the first N
 # dev and test sentences; default all), EVAL_MAX_WORDS (decode only the sentences of at
 # most N words; default all), MPIRUN (e.g. "mpirun -np 2"), PREPARE_ONLY=1 (stop after
@@ -40,6 +42,24 @@ if [[ $# -gt 0 && $1 != --* ]]; then config=$(absolute "$1"); shift; fi
 [[ -n ${CHECKPOINT:-} ]] && CHECKPOINT=$(absolute "$CHECKPOINT")
 build=${BUILD:-${THPC_BUILD:-}}  # THPC_BUILD as the job scripts and evaluate.sh name it
 [[ -n $build ]] && build=$(absolute "$build")
+if [[ -n ${OUT:-} ]]; then
+  OUT=$(absolute "$OUT")
+  WORK=${WORK:-$OUT/work}
+  # (an option given says where that part goes; CHECKPOINT= and PREPARE_ONLY=1 take only
+  # the options they use)
+  given() {
+    local prefix=$1 option
+    shift
+    for option; do [[ $option == "$prefix"* ]] && return 0; done
+    return 1
+  }
+  if [[ -z ${CHECKPOINT:-} ]] && ! given --data.dir= "$@"; then
+    set -- "$@" "--data.dir=$OUT/data"
+  fi
+  if [[ -z ${CHECKPOINT:-} && ${PREPARE_ONLY:-0} != 1 ]] && ! given --checkpoint.dir= "$@"; then
+    set -- "$@" "--checkpoint.dir=$OUT/checkpoints"
+  fi
+fi
 [[ -n ${WORK:-} ]] && WORK=$(absolute "$WORK")
 
 # The script's settings, checked before any work (MAX_LEN=abc was transformer_preprocess's
