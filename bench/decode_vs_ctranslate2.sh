@@ -92,7 +92,7 @@
 # into a folder put on PYTHONPATH when PYTHON lacks ctranslate2: for a machine without
 # network (the GPU host has numpy, pyyaml, h5py and sentencepiece; only CTranslate2's
 # wheel travels, made by `bash bench/gpu_session.sh --prepare-ctranslate2`: pip download
-# and bench/slim_wheel.py). THPC_BUILD names the build directory (default build).
+# and bench/slim_wheel.py). THPC_BUILD (or BUILD) names the build directory (default build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { sed -n '2,95p' "$0" >&2; exit 2; }
@@ -108,7 +108,7 @@ read -r -a compute_types <<< "${COMPUTE_TYPES:-float32 int8}"
 runs=${RUNS:-2}
 max_len=${MAX_LEN:-80}
 beam=${BEAM:-4}
-build=${THPC_BUILD:-build}
+build=${THPC_BUILD:-${BUILD:-build}}  # (BUILD as step_vs_torch.sh names it)
 data=${WMT14_TEST:-${THPC_DATA:-}/wmt14_test}
 [ -f "$checkpoint" ] || { echo "checkpoint '$checkpoint' not found" >&2; exit 2; }
 [ -f "$data/newstest2014.en" ] || { echo "$data/newstest2014.en not found: run 'bash tools/fetch_data.sh wmt14_test DIR' and set THPC_DATA=DIR" >&2; exit 1; }

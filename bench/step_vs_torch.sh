@@ -2,7 +2,7 @@
 # The training-step benchmark against the PyTorch peers (torch_reference.py, which is not
 # part of this repository: TORCH_REFERENCE names it), in one run on one machine:
 #
-#   TORCH_REFERENCE=PATH [BUILD=build] [DEVICE=cuda|cpu] [RUNS=1] [THREADS=2]
+#   TORCH_REFERENCE=PATH [BUILD=build (or THPC_BUILD)] [DEVICE=cuda|cpu] [RUNS=1] [THREADS=2]
 #       [PEERS="eager compile"] [OURS_VARIANTS="NAME=SECTION.KEY=VALUE[,...] ..."]
 #       [PROFILE=1] bash bench/step_vs_torch.sh [small|base|big] [TOKENS]
 #   bash bench/step_vs_torch.sh --ceiling      # the GPU's bf16 GEMM ceiling alone (TFLOP/s)
@@ -19,8 +19,9 @@
 #   compile-graphs    torch.compile mode reduce-overhead, static shapes: Inductor's kernels
 #                     replayed as CUDA graphs (one per shape), what a PyTorch user picks
 #                     for small, launch-bound batches (GPU only)
-# A compiled peer keeps Inductor's cache in $BUILD/inductor-cache, so that its second and
-# later runs (RUNS > 1, or a later call on the same machine) reuse the compiled kernels;
+# A compiled peer keeps Inductor's cache in INDUCTOR_CACHE (default $BUILD/inductor-cache;
+# another folder where BUILD is a read-only install), so that its second and later runs
+# (RUNS > 1, or a later call on the same machine) reuse the compiled kernels;
 # its JSON line has the compile seconds. A peer that cannot run here (Liger without its
 # package) prints "skipped" and is left out. RUNS > 1 alternates the systems RUNS times.
 # WARM_ONLY=1 runs the compiled peers of PEERS alone, one timed step each after their
@@ -95,7 +96,7 @@ preset=${1:-base}
 device=${DEVICE:-cuda}
 runs=${RUNS:-1}
 threads=${THREADS:-2}
-build=${BUILD:-build}
+build=${BUILD:-${THPC_BUILD:-build}}  # (THPC_BUILD: the decoding script's name)
 python=${PYTHON:-python3}
 reference=${TORCH_REFERENCE:-}
 read -r -a peers <<< "${PEERS-eager compile}"
@@ -117,7 +118,7 @@ fi
 
 # torch_reference.py's flags for each peer name.
 peer_args() {
-  local cache=(--inductor-cache-dir "$build/inductor-cache")
+  local cache=(--inductor-cache-dir "${INDUCTOR_CACHE:-$build/inductor-cache}")
   case $1 in
     eager) ;;
     eager-liger) echo --loss liger ;;
