@@ -696,6 +696,22 @@ TEST_F(ScoreProgram, LineCountMismatch) {
                         {mac + ": 1 line, but " + ref + " has 2; " + mac + ": its lines end"});
 }
 
+// A byte-order mark is scored as part of the first word, as sacreBLEU reads it, and said
+// (identical texts, one saved with a mark, scored 59.5 without a word: an error walk).
+TEST_F(ScoreProgram, AByteOrderMarkIsScoredAsSacreBleuScoresItAndSaid) {
+  const std::string ref = write("ref.txt", "a b c d\n");
+  const std::string marked = write("marked.txt", "\xEF\xBB\xBF" "a b c d\n");
+  const ProgramResult scored = run_score(ref + " -i " + marked + " -b");
+  EXPECT_EQ(scored.exit_code, 0) << scored.err;
+  EXPECT_EQ(scored.out, "59.5\n");
+  EXPECT_NE(scored.err.find("note: " + marked + " begins with a byte-order mark"),
+            std::string::npos)
+      << scored.err;
+  const ProgramResult plain = run_score(ref + " -i " + ref + " -b");
+  EXPECT_EQ(plain.out, "100.0\n");
+  EXPECT_EQ(plain.err.find("byte-order mark"), std::string::npos) << plain.err;
+}
+
 TEST_F(ScoreProgram, InvalidUtf8) {
   const std::string ref = write("ref.txt", "a b\nc d\n");
   const std::string hyp = write("hyp.txt", "a b\nc \xC3\x28\n");
