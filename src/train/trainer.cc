@@ -442,31 +442,25 @@ void Trainer::restore(const Checkpoint& checkpoint, const std::string& source) {
   }
 }
 
-void Trainer::record_settings_changed(const Checkpoint& checkpoint, const std::string& now) {
-  const std::string prefix = std::string(kSettingsChanged) + ": ";
+void Trainer::set_provenance(const char* label, const std::vector<std::string>& values) {
+  const std::string prefix = std::string(label) + ": ";
   provenance_.erase(std::remove_if(provenance_.begin(), provenance_.end(),
                                    [&](const std::string& line) {
                                      return line.rfind(prefix, 0) == 0;
                                    }),
                     provenance_.end());
-  // (the values as stored: header_line would escape an escaped line break again)
-  for (const std::string& earlier : ini_header_values(checkpoint.config_ini, kSettingsChanged)) {
-    provenance_.push_back(prefix + earlier);
-  }
-  if (!now.empty()) {
-    provenance_.push_back(
-        header_line(kSettingsChanged, "at step " + std::to_string(checkpoint.step) + ": " + now));
-  }
+  // (a value read back from a header is escaped already; header_line's escaping leaves it)
+  for (const std::string& value : values) provenance_.push_back(header_line(label, value));
+}
+
+void Trainer::record_settings_changed(const Checkpoint& checkpoint, const std::string& now) {
+  std::vector<std::string> lines = ini_header_values(checkpoint.config_ini, kSettingsChanged);
+  if (!now.empty()) lines.push_back("at step " + std::to_string(checkpoint.step) + ": " + now);
+  set_provenance(kSettingsChanged, lines);
 }
 
 void Trainer::record_initialised_from(const std::string& model) {
-  const std::string prefix = std::string(kInitialisedFrom) + ": ";
-  provenance_.erase(std::remove_if(provenance_.begin(), provenance_.end(),
-                                   [&](const std::string& line) {
-                                     return line.rfind(prefix, 0) == 0;
-                                   }),
-                    provenance_.end());
-  provenance_.push_back(header_line(kInitialisedFrom, model));
+  set_provenance(kInitialisedFrom, {model});
 }
 
 void Trainer::apply_start_options(std::ostream& log) {

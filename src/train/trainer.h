@@ -240,6 +240,8 @@ class Trainer {
   // version, computed_by_, the command line's settings.
   std::string computed_by_;
   std::vector<std::string> provenance_;
+  // Replaces provenance_'s lines of `label` by one line per value.
+  void set_provenance(const char* label, const std::vector<std::string>& values);
   // Sets provenance_'s kInitialisedFrom line to `model` (a fine-tuning's origin).
   void record_initialised_from(const std::string& model);
   // Sets provenance_'s kSettingsChanged lines to the resumed checkpoint's and, when this
