@@ -415,4 +415,52 @@ TEST(Evalb, LengthAndWordMismatchesAreErrors) {
   EXPECT_EQ(skipped.errors, 0);
 }
 
+// What training's validation F1 scores with (parse::collins_parameters, no file at hand):
+// COLLINS.prm as read from EVALB's own file.
+TEST(Evalb, CollinsParametersAreTheFilesValues) {
+  THPC_REQUIRE_DATA("evalb/COLLINS.prm");
+  std::ostringstream warnings;
+  const auto file = thpc::parse::read_evalb_parameters(data_path("evalb/COLLINS.prm"), warnings);
+  const auto built_in = thpc::parse::collins_parameters();
+  EXPECT_EQ(built_in.debug, file.debug);
+  EXPECT_EQ(built_in.max_error, file.max_error);
+  EXPECT_EQ(built_in.cutoff_length, file.cutoff_length);
+  EXPECT_EQ(built_in.labeled, file.labeled);
+  EXPECT_EQ(built_in.delete_labels, file.delete_labels);
+  EXPECT_EQ(built_in.delete_labels_for_length, file.delete_labels_for_length);
+  EXPECT_EQ(built_in.quote_labels, file.quote_labels);
+  EXPECT_EQ(built_in.equal_labels, file.equal_labels);
+  EXPECT_EQ(built_in.equal_words, file.equal_words);
+  EXPECT_EQ(collins_like().delete_labels, built_in.delete_labels);
+}
+
+// bracketing_f_measure: the report's first F-measure, unrounded; 0 where EVALB prints nan;
+// past MAX_ERROR it goes on (EVALB stops and prints no summary).
+TEST(Evalb, BracketingFMeasureIsTheReportsAllSentencesBlock) {
+  THPC_REQUIRE_DATA("evalb/sample/sample.rsl");
+  const std::string dir = data_path("evalb/sample");
+  std::ostringstream warnings;
+  const auto parameters = thpc::parse::read_evalb_parameters(dir + "/sample.prm", warnings);
+  std::string first_error;
+  const double f = thpc::parse::bracketing_f_measure(
+      parameters, lines_of(read_file(dir + "/sample.gld")), lines_of(read_file(dir + "/sample.tst")),
+      &first_error);
+  EXPECT_NEAR(f, 89.12, 0.005);  // sample.rsl's "Bracketing FMeasure = 89.12"
+  EXPECT_EQ(first_error, "Words unmatch (is|was)");  // line 12's
+  auto strict = parameters;
+  strict.max_error = 0;  // EVALB itself would stop at the second error
+  EXPECT_DOUBLE_EQ(thpc::parse::bracketing_f_measure(strict, lines_of(read_file(dir + "/sample.gld")),
+                                                     lines_of(read_file(dir + "/sample.tst")),
+                                                     nullptr),
+                   f);
+
+  const auto collins = thpc::parse::collins_parameters();
+  const std::string gold = kGold.substr(0, kGold.size() - 1);
+  EXPECT_DOUBLE_EQ(thpc::parse::bracketing_f_measure(collins, {gold}, {gold}, &first_error), 100.0);
+  EXPECT_EQ(first_error, "");
+  // No bracket matched: 0, not EVALB's nan.
+  const std::string flat = "(TOP (X (DT The) (NN cat) (VBD sat) (IN on) (DT the) (NN mat) (. .)))";
+  EXPECT_EQ(thpc::parse::bracketing_f_measure(collins, {gold}, {flat}, nullptr), 0.0);
+}
+
 }  // namespace

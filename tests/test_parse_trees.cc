@@ -4,6 +4,7 @@
 #include <sentencepiece_processor.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -567,6 +568,56 @@ TEST(Trees, PreprocessKeepsUserSymbolsWhole) {
   // A word XX of a sentence is the symbol too: the placeholder must not be a real word.
   EXPECT_EQ(pieces_of("(S,(NP,(VP,),XX", "NPs XX").back(), "\xe2\x96\x81XX");
   EXPECT_NE(pieces_of("", tree).size(), expected.size());
+  fs::remove_all(dir);
+}
+
+// Training's validation F1 tags the words by punctuation_tags (the shards hold no tags):
+// EVALB's COLLINS.prm deletes the words tagged , : `` '' and . and nothing else, so those
+// tags must be the treebank's.
+TEST(Trees, PunctuationTagsAreTheTreebanksWhereCollinsPrmDeletes) {
+  EXPECT_EQ(punctuation_tags(split("`` Yes , '' he said ; `` buy -- now ! ''")),
+            split("`` XX , '' XX XX : `` XX : XX . ''"));
+  // ' closes a quote after an open `, after punctuation, or before ''; else a possessive.
+  EXPECT_EQ(punctuation_tags(split("take ` Cosby ' across the investors ' plan")),
+            split("XX `` XX '' XX XX XX XX XX"));
+  EXPECT_EQ(punctuation_tags(split("stupid , ' '' but ? ... : -")),
+            split("XX , '' '' XX . : : :"));
+  EXPECT_EQ(punctuation_tags({}), std::vector<std::string>{});
+
+  THPC_REQUIRE_DATA("ptb_sample/combined/wsj_0001.mrg");
+  const fs::path dir = fresh_directory("thpc_trees_punctuation");
+  const std::string prefix = (dir / "all").string();
+  const auto linearized = run_process(kTrees + " linearize --output " + prefix + " " +
+                                      thpc::data_path("ptb_sample/combined") + "/wsj_*.mrg");
+  ASSERT_EQ(linearized.exit_code, 0) << linearized.output;
+  const auto word_lines = lines_of(read_file(prefix + ".words"));
+  const auto tag_lines = lines_of(read_file(prefix + ".tags"));
+  ASSERT_EQ(word_lines.size(), tag_lines.size());
+  const std::vector<std::string> deleted = {",", ":", "``", "''", "."};
+  const auto is_deleted = [&](const std::string& tag) {
+    return std::find(deleted.begin(), deleted.end(), tag) != deleted.end();
+  };
+  int punctuation = 0;  // words the treebank tags with a deleted tag
+  std::vector<std::string> missed;  // ... that punctuation_tags tags otherwise
+  int other = 0;        // words it tags with a deleted tag that the treebank does not
+  for (size_t line = 0; line < word_lines.size(); ++line) {
+    const std::vector<std::string> words = split(word_lines[line]);
+    const std::vector<std::string> gold = split(tag_lines[line]);
+    const std::vector<std::string> ours = punctuation_tags(words);
+    ASSERT_EQ(ours.size(), words.size());
+    for (size_t i = 0; i < words.size(); ++i) {
+      if (is_deleted(gold[i])) {
+        ++punctuation;
+        if (ours[i] != gold[i]) missed.push_back(words[i] + "/" + gold[i]);
+      } else {
+        other += is_deleted(ours[i]);
+      }
+    }
+  }
+  EXPECT_EQ(punctuation, 10729);
+  // A "Wa" tagged "," (an annotation slip: it is NNP twice elsewhere).
+  EXPECT_EQ(missed, (std::vector<std::string>{"Wa/,"}));
+  EXPECT_EQ(other, 0);
   fs::remove_all(dir);
 }
 

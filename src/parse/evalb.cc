@@ -473,6 +473,34 @@ EvalbResult Evaluator::run(std::istream& gold_lines, std::istream& test_lines) {
 
 }  // namespace
 
+EvalbParameters collins_parameters() {
+  EvalbParameters parameters;  // LABELED 1, CUTOFF_LEN 40 and MAX_ERROR 10: the defaults
+  parameters.delete_labels = {"TOP", "-NONE-", ",", ":", "``", "''", "."};
+  parameters.delete_labels_for_length = {"-NONE-"};
+  parameters.equal_labels = {{"ADVP", "PRT"}};
+  return parameters;
+}
+
+double bracketing_f_measure(const EvalbParameters& parameters,
+                            const std::vector<std::string>& gold,
+                            const std::vector<std::string>& test, std::string* first_error) {
+  EvalbParameters unstopped = parameters;
+  unstopped.max_error = std::numeric_limits<int>::max() - 1;
+  const auto joined = [](const std::vector<std::string>& lines) {
+    std::string text;
+    for (const std::string& line : lines) text += line + "\n";
+    return text;
+  };
+  std::istringstream gold_in(joined(gold));
+  std::istringstream test_in(joined(test));
+  std::ostringstream report;
+  std::ostringstream errors;
+  const EvalbResult result = run_evalb(unstopped, gold_in, test_in, report, errors);
+  if (first_error != nullptr) *first_error = result.first_error;
+  const double f = result.all.f_measure();
+  return std::isnan(f) ? 0.0 : f;
+}
+
 double EvalbTotals::recall() const {
   return gold_brackets > 0 ? 100.0 * matched_brackets / gold_brackets : 0.0;
 }

@@ -101,4 +101,19 @@ struct EvalbResult {
 EvalbResult run_evalb(const EvalbParameters& parameters, std::istream& gold, std::istream& test,
                       std::ostream& report, std::ostream& errors);
 
+// COLLINS.prm's parameters, the file EVALB ships for the Penn Treebank and the one
+// docs/parsing.md scores with: punctuation (, : `` '' .), TOP and -NONE- deleted, ADVP
+// equal to PRT, labelled, sentences up to 40 words in the second block. For a score
+// computed where the file is not at hand: training's validation bracket F1.
+EvalbParameters collins_parameters();
+
+// The bracketing F-measure (percent) of EVALB's block of all sentences: `test` scored
+// against `gold` with `parameters`, one tree per line in each (to_evalb_line's form), as
+// `evalb -p` prints it but 0 where no bracket matched (EVALB prints nan). MAX_ERROR does
+// not stop it. `first_error`, where given, gets EVALB's first error ("Words unmatch
+// (is|was)"), "" when none.
+double bracketing_f_measure(const EvalbParameters& parameters,
+                            const std::vector<std::string>& gold,
+                            const std::vector<std::string>& test, std::string* first_error);
+
 }  // namespace thpc::parse

@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <sstream>
+#include <utility>
 
 #include "common/error.h"
 
@@ -234,6 +235,30 @@ std::string to_evalb_line(const TreeNode& tree) {
   write_bracketed(tree, out);
   out += ")";
   return out;
+}
+
+std::vector<std::string> punctuation_tags(const std::vector<std::string>& words) {
+  static const std::pair<const char*, const char*> kTags[] = {
+      {",", ","},  {".", "."},   {"?", "."},    {"!", "."},     {":", ":"},   {";", ":"},
+      {"--", ":"}, {"-", ":"},   {"...", ":"},  {"``", "``"},   {"`", "``"},  {"''", "''"}};
+  std::vector<std::string> tags(words.size(), kWordPlaceholder);
+  for (size_t i = 0; i < words.size(); ++i) {
+    for (const auto& [punctuation, tag] : kTags) {
+      if (words[i] == punctuation) tags[i] = tag;
+    }
+  }
+  bool single_quote_open = false;  // a ` not yet closed
+  for (size_t i = 0; i < words.size(); ++i) {
+    if (words[i] == "`") single_quote_open = true;
+    if (words[i] != "'") continue;
+    const bool after_punctuation = i > 0 && tags[i - 1] != kWordPlaceholder;
+    const bool before_double_quote = i + 1 < words.size() && words[i + 1] == "''";
+    if (single_quote_open || after_punctuation || before_double_quote) {
+      tags[i] = "''";
+      single_quote_open = false;
+    }
+  }
+  return tags;
 }
 
 TreeLeaves tree_leaves_from_name(const std::string& name) {
