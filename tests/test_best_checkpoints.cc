@@ -264,7 +264,7 @@ TEST_F(BestCheckpointFiles, AveragingTheBestRefusesWhatItCannotDoInOneLine) {
   std::filesystem::create_directories(path("kept_none"));
   refused("--inputs " + path("kept_none") + " --best 5 --output " + path("out.h5"),
           {path("kept_none") + " holds no best checkpoints", "the run kept none",
-           "checkpoint.keep_best = ppl, bleu or chrf", "--last N instead"});
+           "checkpoint.keep_best = ppl, bleu, chrf or f1", "--last N instead"});
   refused("--inputs " + path("run") + " --best 2 --last 2 --output " + path("out.h5"),
           {"--last and --best", "give one"});
   refused("--inputs " + path("run/best_step_00000010.h5") + " --best 1 --output " + path("out.h5"),

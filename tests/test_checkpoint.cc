@@ -2124,10 +2124,11 @@ TEST_F(CheckpointTest, SentencePieceModelIsStoredCheckedAndAveraged) {
 
 TEST_F(CheckpointTest, BestValidationValuesAreStoredCheckedAndLeftOutOfAverages) {
   // A run's record (trainer.h): the best perplexity at step 8 and one validation since,
-  // no BLEU measured (NaN), the best chrF at step 6 and two validations since.
+  // no BLEU measured (NaN), the best chrF at step 6 and two validations since, the best
+  // F1 at step 9 and none since.
   const std::string architecture = "layers=1 test";
   Checkpoint with_record = constant_checkpoint(1.0f, 10, architecture);
-  with_record.best_valid = ValidationRecord{{2.5, 8, 1}, {}, {41.25, 6, 2}};
+  with_record.best_valid = ValidationRecord{{2.5, 8, 1}, {}, {41.25, 6, 2}, {88.5, 9, 0}};
   const std::string file = path("ckpt/step_00000010.h5");
   write_checkpoint(file, with_record);
   const Checkpoint loaded = read_checkpoint(file, CheckpointParts::ParamsOnly);
@@ -2141,13 +2142,17 @@ TEST_F(CheckpointTest, BestValidationValuesAreStoredCheckedAndLeftOutOfAverages)
   EXPECT_EQ(loaded.best_valid->chrf.value, 41.25);
   EXPECT_EQ(loaded.best_valid->chrf.step, 6);
   EXPECT_EQ(loaded.best_valid->chrf.validations_since, 2);
+  EXPECT_EQ(loaded.best_valid->f1.value, 88.5);
+  EXPECT_EQ(loaded.best_valid->f1.step, 9);
+  EXPECT_EQ(loaded.best_valid->f1.validations_since, 0);
 
-  // A checkpoint written before chrF was a validation metric has no /best_valid/chrf:
-  // the other values load, chrF has none yet.
+  // A checkpoint written before chrF and F1 were validation metrics has no
+  // /best_valid/chrf nor /best_valid/f1: the other values load, chrF and F1 have none yet.
   const std::string before_chrf = path("before_chrf.h5");
   write_checkpoint(before_chrf, with_record);
   const hid_t h5 = H5Fopen(before_chrf.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   ASSERT_GE(H5Ldelete(h5, "/best_valid/chrf", H5P_DEFAULT), 0);
+  ASSERT_GE(H5Ldelete(h5, "/best_valid/f1", H5P_DEFAULT), 0);
   H5Fclose(h5);
   stamp_checkpoint_header(before_chrf);  // edited in place: past the whole-file checksum
   const Checkpoint older = read_checkpoint(before_chrf, CheckpointParts::ParamsOnly);
@@ -2155,6 +2160,8 @@ TEST_F(CheckpointTest, BestValidationValuesAreStoredCheckedAndLeftOutOfAverages)
   EXPECT_EQ(older.best_valid->ppl.value, 2.5);
   EXPECT_TRUE(std::isnan(older.best_valid->chrf.value));
   EXPECT_EQ(older.best_valid->chrf.step, 0);
+  EXPECT_TRUE(std::isnan(older.best_valid->f1.value));
+  EXPECT_EQ(older.best_valid->f1.step, 0);
 
   // A checkpoint written before the record was stored has no /best_valid: none.
   write_checkpoint(path("ckpt/step_00000020.h5"), constant_checkpoint(2.0f, 20, architecture));
@@ -2581,7 +2588,7 @@ TEST(CheckpointHeaderLines, EachLineIsCheckedAtItsBoundsAndALaterVersionsWordIsT
       {"valid value ending in ~", with_line("valid ", "valid newer 1~"),
        "its valid line names the metric 'newer', which this version does not know", true},
       {"valid value with a DEL", with_line("valid ", "valid newer 1\x7f"),
-       "its valid line names no metric ppl, bleu or chrf", false},
+       "its valid line names no metric ppl, bleu, chrf or f1", false},
       {"step twice", with_line("valid ", "step 8"), "the 'step' line twice", false},
       // 18 digits are a step; 19 could overflow int64 and are damage, not an exception.
       {"step of 18 digits", with_line("step ", "step " + std::string(18, '9')), "", false},

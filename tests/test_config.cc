@@ -915,8 +915,8 @@ TEST(Config, HeadsNotDividingDModelOnTheCommandLine) {
                       "(train.valid_bleu on the command line)"});
   expect_error([&] { load_config(ini, {"checkpoint.keep_best=none"}); },
                {ini + ": checkpoint.keep_best_count: ranks checkpoints by the "
-                      "checkpoint.keep_best metric: set checkpoint.keep_best = ppl, bleu or "
-                      "chrf (checkpoint.keep_best on the command line)"});
+                      "checkpoint.keep_best metric: set checkpoint.keep_best = ppl, bleu, "
+                      "chrf or f1 (checkpoint.keep_best on the command line)"});
   // A key the problem names only as the start of another (keep_best in keep_best_count)
   // is not taken for it.
   const std::string message = expect_error(
@@ -1156,7 +1156,7 @@ TEST(Config, BadValuesNameKeyAndFile) {
       {{"checkpoint.keep_best_count=-1"}, "checkpoint.keep_best_count: must be ≥ 0, got -1"},
       {{"checkpoint.keep_best_count=3"},
        "checkpoint.keep_best_count (on the command line): ranks checkpoints by the "
-       "checkpoint.keep_best metric: set checkpoint.keep_best = ppl, bleu or chrf"},
+       "checkpoint.keep_best metric: set checkpoint.keep_best = ppl, bleu, chrf or f1"},
       {{"checkpoint.average_best=-1"}, "checkpoint.average_best: must be ≥ 0, got -1"},
       {{"checkpoint.keep_best=ppl", "train.valid_every=10", "data.dir=d",
         "checkpoint.keep_best_count=2", "checkpoint.average_best=3"},

@@ -231,6 +231,11 @@ if(TARGET test_parse_pipeline)
   add_dependencies(test_parse_pipeline transformer_trees transformer_preprocess transformer_hpc
                    transformer_decode transformer_evalb)
 endif()
+# test_valid_f1 prepares the parser's shards with tools/run_parser.sh (the tree tools, the
+# preprocessor) and trains with them.
+if(TARGET test_valid_f1)
+  add_dependencies(test_valid_f1 transformer_trees transformer_preprocess transformer_hpc)
+endif()
 # test_tools runs every program beside the trainer through its --help, a bad command line
 # and a failing run.
 if(TARGET test_tools)

@@ -95,8 +95,8 @@ std::vector<std::string> resolve_inputs(Arguments& arguments) {
     if (paths.empty()) {
       THPC_FAIL(arguments.inputs[0]
                 << " holds no best checkpoints (best_step_*.h5 with a validation score): "
-                << "the run kept none (they are kept with checkpoint.keep_best = ppl, bleu "
-                << "or chrf, checkpoint.keep_best_count >= 1 and validations, "
+                << "the run kept none (they are kept with checkpoint.keep_best = ppl, bleu, "
+                << "chrf or f1, checkpoint.keep_best_count >= 1 and validations, "
                 << "train.valid_every); average its last checkpoints with --last N instead");
     }
     if (static_cast<int>(paths.size()) < arguments.best) {

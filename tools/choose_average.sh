@@ -76,6 +76,7 @@ printf '%s\n' "${results[@]}" |
     if (kept_by != "") metric = kept_by
     else if ($2 ~ /\| bleu /) metric = "bleu"
     else if ($2 ~ /\| chrf /) metric = "chrf"
+    else if ($2 ~ /\| f1 /) metric = "f1"
     higher = metric != "ppl"
     value = ""
     n = split($2, fields, / \| /)

@@ -18,6 +18,7 @@ dashed lines with markers:
     tokens_per_s  target tokens per second
     bleu        validation BLEU (only when a run logged valid_bleu)
     chrf        validation chrF (only when a run logged valid_chrf: train.valid_metric)
+    f1          validation bracket F1 of a parser (only when a run logged valid_f1)
 
 A resumed run appends to its metrics.jsonl, so a step may appear twice: the later record
 is the one that continued and is the one plotted. Where the run went back (a resume from an
@@ -61,6 +62,7 @@ CURVES = [
     ("tokens_per_s", "target tokens/s", False, [("train", "tgt_tokens_per_s", "")]),
     ("bleu", "validation BLEU", False, [("valid", "valid_bleu", "")]),
     ("chrf", "validation chrF", False, [("valid", "valid_chrf", "")]),
+    ("f1", "validation bracket F1", False, [("valid", "valid_f1", "")]),
 ]
 
 
@@ -263,7 +265,7 @@ def table(runs):
             (step for (kind, _), points in series.items() if kind in ("train", "valid")
              for step, _, _ in points), default=0)
         row = [label, str(steps), (summary or {}).get("ended", "running")]
-        for key, lower in (("ppl", True), ("bleu", False), ("chrf", False)):
+        for key, lower in (("ppl", True), ("bleu", False), ("chrf", False), ("f1", False)):
             # The summary's: the run's best, best.h5's (after a rollback, the branch left's
             # count too); else the best of the line plotted.
             if summary and f"best_valid_{key}_step" in summary:
@@ -274,9 +276,9 @@ def table(runs):
             row.append("n/a" if best is None else f"{best[0]:.2f} ({best[1]})")
         rows.append(row)
     header = ["run", "steps", "ended", "best valid ppl (step)", "best valid bleu (step)",
-              "best valid chrf (step)"]
-    # Without any chrF (or BLEU) among the runs, its column says nothing.
-    for column in (5, 4):
+              "best valid chrf (step)", "best valid f1 (step)"]
+    # Without any F1 (or chrF, or BLEU) among the runs, its column says nothing.
+    for column in (6, 5, 4):
         if all(row[column] == "n/a" for row in rows):
             header.pop(column)
             for row in rows:

@@ -239,12 +239,12 @@ class Writer : public hdf5::Writer {
                    bytes.size());
   }
 
-  // /best_valid/ppl, /best_valid/bleu and /best_valid/chrf: float64 [3] each,
-  // best_validation_values().
+  // /best_valid/ppl, /best_valid/bleu, /best_valid/chrf and /best_valid/f1: float64 [3]
+  // each, best_validation_values().
   void best_valid(hid_t root, const ValidationRecord& record) const {
     const Handle group = this->group(root, kBestValidGroup);
     for (const auto& [name, best] : {std::pair{"ppl", &record.ppl}, std::pair{"bleu", &record.bleu},
-                                     std::pair{"chrf", &record.chrf}}) {
+                                     std::pair{"chrf", &record.chrf}, std::pair{"f1", &record.f1}}) {
       const std::vector<double> values = best_validation_values(*best);
       vector_dataset(group.get(), std::string("/") + kBestValidGroup + "/" + name, name,
                      values.data(), values.size());
@@ -337,14 +337,15 @@ class Reader : public hdf5::Reader {
   }
 
   // The record of /best_valid (Writer::best_valid()), each value checked for what it
-  // can be: a step of the run up to `step`, a count of validations. chrf is absent from
-  // the checkpoints written before chrF was a validation metric: no chrF value yet.
+  // can be: a step of the run up to `step`, a count of validations. chrf and f1 are
+  // absent from the checkpoints written before they were validation metrics: no value yet.
   ValidationRecord best_valid(hid_t root, int64_t step) const {
     Handle group = open_group(root, kBestValidGroup);
     ValidationRecord record;
     for (const auto& [name, best] : {std::pair{"ppl", &record.ppl}, std::pair{"bleu", &record.bleu},
-                                     std::pair{"chrf", &record.chrf}}) {
-      if (best == &record.chrf && !exists(group.get(), name)) continue;
+                                     std::pair{"chrf", &record.chrf}, std::pair{"f1", &record.f1}}) {
+      const bool later = best == &record.chrf || best == &record.f1;
+      if (later && !exists(group.get(), name)) continue;
       const std::string where = std::string("/") + kBestValidGroup + "/" + name;
       const std::vector<double> values = vector_dataset<double>(group.get(), where, name);
       const auto is_count = [](double x, double most) {
@@ -394,7 +395,7 @@ class Reader : public hdf5::Reader {
     const std::string where = std::string("/") + kValidationGroup;
     if (names.size() != 1 || std::find(std::begin(kValidationMetrics), std::end(kValidationMetrics),
                                        names[0]) == std::end(kValidationMetrics)) {
-      fail("group " + where + " does not hold one score of ppl, bleu or chrf");
+      fail("group " + where + " does not hold one score of ppl, bleu, chrf or f1");
     }
     const std::vector<double> values =
         vector_dataset<double>(group.get(), where + "/" + names[0], names[0]);

@@ -88,13 +88,14 @@ struct BestValidation {
 struct ValidationRecord {
   BestValidation ppl, bleu;  // lower perplexity is better, higher BLEU is
   BestValidation chrf;       // higher is better (train.valid_metric = chrf)
+  BestValidation f1;         // higher is better (train.valid_metric = f1: parsing)
 
-  // The record of `metric`: ppl, bleu or chrf (anything else: ppl).
+  // The record of `metric`: ppl, bleu, chrf or f1 (anything else: ppl).
   const BestValidation& of(const std::string& metric) const {
-    return metric == "bleu" ? bleu : metric == "chrf" ? chrf : ppl;
+    return metric == "bleu" ? bleu : metric == "chrf" ? chrf : metric == "f1" ? f1 : ppl;
   }
   BestValidation& of(const std::string& metric) {
-    return metric == "bleu" ? bleu : metric == "chrf" ? chrf : ppl;
+    return metric == "bleu" ? bleu : metric == "chrf" ? chrf : metric == "f1" ? f1 : ppl;
   }
 };
 
@@ -104,7 +105,7 @@ struct ValidationRecord {
 // line (read without reading the file, to rank a run's best checkpoints); a reader
 // checks that the two agree.
 struct ValidationScore {
-  std::string metric;  // ppl (lower is better) | bleu | chrf (higher is better)
+  std::string metric;  // ppl (lower is better) | bleu | chrf | f1 (higher is better)
   double value = NAN;
 };
 

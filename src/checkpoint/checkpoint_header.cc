@@ -97,7 +97,7 @@ std::string parse_header_fields(std::string_view rest, HeaderFields* fields,
           return "its valid line names the metric '" + metric +
                  "', which this version does not know";
         }
-        return "its valid line names no metric ppl, bleu or chrf";
+        return "its valid line names no metric ppl, bleu, chrf or f1";
       }
       const std::string number = value.substr(gap + 1);
       char* parsed_end = nullptr;

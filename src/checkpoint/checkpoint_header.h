@@ -37,7 +37,7 @@ inline constexpr std::string_view kHdf5Signature("\x89HDF\r\n\x1a\n", 8);
 //   state WORD        healthy | diverged | superseded (CheckpointState; revised in place)
 //   run ID            the run that wrote it (16 hex digits)
 //   contents WORD     full (parameters and Adam moments) | params (an average)
-//   valid METRIC X    a best checkpoint's score (ValidationScore: ppl, bleu or chrf; %.17g)
+//   valid METRIC X    a best checkpoint's score (ValidationScore: ppl, bleu, chrf, f1; %.17g)
 //   branch STEP:ID    its line of training (BranchStart) when not the run's start
 // They are outside the whole-file checksum, which is what lets a run revise the state
 // without rewriting the file; what they say of the file is checked against it on reading.
@@ -53,7 +53,7 @@ struct HeaderFields {
 
 
 // The metrics a validation score may be of (ValidationScore::metric).
-inline constexpr const char* kValidationMetrics[] = {"ppl", "bleu", "chrf"};
+inline constexpr const char* kValidationMetrics[] = {"ppl", "bleu", "chrf", "f1"};
 
 // The state words of the header's state line, in CheckpointState's order.
 inline constexpr const char* kCheckpointStateNames[] = {"healthy", "diverged", "superseded"};

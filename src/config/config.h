@@ -76,7 +76,7 @@ struct TrainConfig {
   int log_every = 100;             // steps between progress lines
   int valid_every = 0;             // steps between validation passes; 0 = none
   bool valid_bleu = false;         // also translate the validation set and score it
-  std::string valid_metric = "bleu";  // the score of those translations: bleu | chrf
+  std::string valid_metric = "bleu";  // the score of those translations: bleu | chrf | f1
   int valid_beam = 1;              // beam of that translation; 1 = greedy
   std::string valid_bleu_tokenize = "13a";  // sacreBLEU's -tok: 13a | intl | char | none | zh
   int threads = 0;                 // CPU backend threads (ops and BLAS); 0 = OpenMP's default
@@ -132,7 +132,7 @@ struct CheckpointConfig {
   std::string init;                 // parameters only, when the run does not resume
   int average_last = 0;             // at the end, average the last N into DIR; 0 = off
   int average_best = 0;             // at the end, average the N best (keep_best_count); 0 = off
-  std::string keep_best = "none";   // none | ppl | bleu | chrf: DIR/best.h5 holds its best
+  std::string keep_best = "none";   // none | ppl | bleu | chrf | f1: DIR/best.h5 holds its best
   int keep_best_count = 0;          // also keep the K best as DIR/best_step_NNNNNNNN.h5; 0 = off
   int patience = 0;                 // stop after N validations without a better keep_best; 0 = off
   bool overwrite = false;           // a fresh run may delete another run's files in dir

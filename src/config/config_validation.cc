@@ -150,14 +150,15 @@ void validate(const Config& config) {
                    std::to_string(checkpoint.keep) + " (the run keeps only that many)");
   }
 
-  // keep_best and patience judge validations: they need validations, and BLEU or chrF
+  // keep_best and patience judge validations: they need validations, and BLEU, chrF or F1
   // the translation pass scored with that metric.
   if (checkpoint.keep_best != "none" && train.valid_every == 0) {
     check.fail("checkpoint.keep_best",
                checkpoint.keep_best + " compares validations: set train.valid_every > 0");
   }
   const bool keeps_translation_score =
-      checkpoint.keep_best == "bleu" || checkpoint.keep_best == "chrf";
+      checkpoint.keep_best == "bleu" || checkpoint.keep_best == "chrf" ||
+      checkpoint.keep_best == "f1";
   if (keeps_translation_score && !train.valid_bleu) {
     check.fail("checkpoint.keep_best", checkpoint.keep_best + " needs train.valid_bleu = true");
   }
@@ -170,7 +171,7 @@ void validate(const Config& config) {
   if (checkpoint.keep_best_count > 0 && checkpoint.keep_best == "none") {
     check.fail("checkpoint.keep_best_count",
                "ranks checkpoints by the checkpoint.keep_best metric: set checkpoint.keep_best "
-               "= ppl, bleu or chrf");
+               "= ppl, bleu, chrf or f1");
   }
   if (checkpoint.average_best > checkpoint.keep_best_count) {
     check.fail("checkpoint.average_best",
@@ -181,7 +182,7 @@ void validate(const Config& config) {
   if (checkpoint.patience > 0 && checkpoint.keep_best == "none") {
     check.fail("checkpoint.patience",
                "counts validations without a better checkpoint.keep_best metric: set "
-               "checkpoint.keep_best = ppl, bleu or chrf");
+               "checkpoint.keep_best = ppl, bleu, chrf or f1");
   }
 }
 

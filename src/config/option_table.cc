@@ -215,12 +215,14 @@ const std::vector<Option>& option_table() {
                   "steps between validation loss/perplexity lines; 0 = none (needs data.dir)"),
       THPC_OPTION(train, valid_bleu, THPC_ANY,
                   "at each validation also translate the validation sources (shared out "
-                  "among the ranks) and log sacreBLEU-exact BLEU (or chrF, valid_metric) "
-                  "against the targets, both detokenised with the shards' SentencePiece "
-                  "model (needs valid_every)"),
-      THPC_OPTION(train, valid_metric, THPC_ONE_OF("bleu", "chrf"),
-                  "the score of the validation translations (with valid_bleu): bleu, or "
-                  "chrf = chrF2 as transformer_score -m chrf (sacreBLEU's defaults)"),
+                  "among the ranks) and log sacreBLEU-exact BLEU (or chrF, or a parser's "
+                  "bracket F1: valid_metric) against the targets, both detokenised with the "
+                  "shards' SentencePiece model (needs valid_every)"),
+      THPC_OPTION(train, valid_metric, THPC_ONE_OF("bleu", "chrf", "f1"),
+                  "the score of the validation translations (with valid_bleu): bleu; chrf = "
+                  "chrF2 as transformer_score -m chrf (sacreBLEU's defaults); f1 = a "
+                  "parser's bracketing F1 (EVALB, COLLINS.prm) of trees decoded as "
+                  "transformer_decode --tree-constraints (decode.tree_leaves) writes them"),
       THPC_OPTION(train, valid_beam, THPC_AT_LEAST(1),
                   "beam of the validation translation; 1 = greedy (no length penalty), "
                   "else decode.alpha too, as transformer_decode --beam; decode.max_len_a/b "
@@ -333,10 +335,10 @@ const std::vector<Option>& option_table() {
                   "only invalid, or only diverged, ones: an error), auto_or_fresh = the same but step 0 when all "
                   "are invalid (they are renamed *.corrupt), or a file; empty = start fresh; "
                   "either stops at a later version's checkpoint, the newest"),
-      THPC_OPTION(checkpoint, keep_best, THPC_ONE_OF("none", "ppl", "bleu", "chrf"),
+      THPC_OPTION(checkpoint, keep_best, THPC_ONE_OF("none", "ppl", "bleu", "chrf", "f1"),
                   "write dir/best.h5 (the whole state, never pruned) at each validation that "
-                  "improves this metric: lower perplexity, higher BLEU or chrF (bleu and "
-                  "chrf need train.valid_bleu and that train.valid_metric)"),
+                  "improves this metric: lower perplexity, higher BLEU, chrF or F1 (bleu, "
+                  "chrf and f1 need train.valid_bleu and that train.valid_metric)"),
       THPC_OPTION(checkpoint, keep_best_count, THPC_AT_LEAST(0),
                   "also keep the K best checkpoints by the keep_best metric as "
                   "dir/best_step_NNNNNNNN.h5 (the whole state, score inside; never pruned "

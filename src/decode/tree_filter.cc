@@ -14,6 +14,48 @@ namespace {
 const std::string kWordMarker = "\xe2\x96\x81";  // SentencePiece's "▁"
 }  // namespace
 
+bool begins_word(const std::string& piece) {
+  return piece.compare(0, kWordMarker.size(), kWordMarker) == 0;
+}
+
+std::vector<std::string> tree_words(const TokenSequence& tokens,
+                                    const std::vector<std::string>& pieces) {
+  std::vector<std::string> words;
+  for (const int32_t id : tokens) {
+    if (id < 0 || static_cast<size_t>(id) >= pieces.size()) continue;
+    const std::string& piece = pieces[id];
+    if (words.empty() || begins_word(piece)) {
+      words.push_back(begins_word(piece) ? piece.substr(kWordMarker.size()) : piece);
+    } else {
+      words.back() += piece;
+    }
+  }
+  return words;
+}
+
+std::string sequence_with_word_slots(const TokenSequence& tokens,
+                                     const std::vector<std::string>& pieces) {
+  std::string sequence;
+  for (const std::string& word : tree_words(tokens, pieces)) {
+    sequence += (sequence.empty() ? "" : " ") +
+                (is_bracket_word(word) ? word : std::string(parse::kWordPlaceholder));
+  }
+  return sequence;
+}
+
+std::vector<TokenSequence> source_words(const TokenSequence& source,
+                                        const std::vector<std::string>& pieces) {
+  std::vector<TokenSequence> words;
+  for (size_t k = 0; k < source.size(); ++k) {
+    const int32_t id = source[k];
+    THPC_CHECK(id >= 0 && static_cast<size_t>(id) < pieces.size(),
+               "token " << id << " outside the vocabulary of " << pieces.size());
+    if (k == 0 || begins_word(pieces[id])) words.emplace_back();
+    words.back().push_back(id);
+  }
+  return words;
+}
+
 void TreeTokenFilter::classify(const std::vector<std::string>& pieces, int eos_id,
                                bool placeholder) {
   THPC_CHECK(eos_id >= 0 && eos_id < static_cast<int>(pieces.size()),
@@ -68,10 +110,6 @@ TreeTokenFilter::TreeTokenFilter(const std::vector<std::string>& pieces, const S
                "special id " << never << " outside the vocabulary of " << pieces.size());
     kind_[never] = Kind::kNever;
   }
-  std::vector<char> begins_word(pieces.size(), 0);  // the piece starts with "▁"
-  for (size_t id = 0; id < pieces.size(); ++id) {
-    begins_word[id] = pieces[id].compare(0, kWordMarker.size(), kWordMarker) == 0;
-  }
   THPC_CHECK(pieces_per_word.empty() || pieces_per_word.size() == source_pieces_.size(),
              pieces_per_word.size() << " word splits for " << source_pieces_.size()
                                     << " sources");
@@ -103,7 +141,9 @@ TreeTokenFilter::TreeTokenFilter(const std::vector<std::string>& pieces, const S
                                                 << at << ", not its " << source.size());
     } else {
       starts.resize(source.size());
-      for (size_t k = 0; k < source.size(); ++k) starts[k] = k == 0 || begins_word[source[k]];
+      for (size_t k = 0; k < source.size(); ++k) {
+        starts[k] = k == 0 || begins_word(pieces[source[k]]);
+      }
     }
   }
 }

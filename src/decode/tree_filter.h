@@ -84,6 +84,35 @@ class TreeTokenFilter final : public NextTokenFilter {
   bool copy_words_ = false;
 };
 
+// Whether a SentencePiece piece begins with "▁": the first piece of a word (a model with
+// the dummy prefix writes one before every word; without it, before every word but the
+// line's first).
+bool begins_word(const std::string& piece);
+
+// A source's pieces cut into its words as the word-mode filter cuts them without
+// pieces_per_word: a word begins at the first piece and at each that begins_word.
+// `pieces`: the vocabulary's pieces by id, every id of `source` within them.
+std::vector<TokenSequence> source_words(const TokenSequence& source,
+                                        const std::vector<std::string>& pieces);
+
+// The text of each word of a linearized tree's pieces (a hypothesis of the filter, or a
+// parser's target), cut as source_words cuts: its pieces' text, the leading "▁" left out
+// ("(NP", ")", "Dep" + "ending"). Ids outside `pieces` are skipped.
+std::vector<std::string> tree_words(const TokenSequence& tokens,
+                                    const std::vector<std::string>& pieces);
+
+// Whether a tree_words word is a bracket: "(LABEL" or ")" (a label the vocabulary holds as
+// one piece, or one it splits).
+inline bool is_bracket_word(const std::string& word) {
+  return !word.empty() && (word[0] == '(' || word[0] == ')');
+}
+
+// A hypothesis of the filter as the sequence parse::delinearize reads, its words left to
+// the caller: each bracket word as its text, every other word as one XX (a slot the
+// caller's words fill: the source's, whose pieces a word-mode hypothesis copies).
+std::string sequence_with_word_slots(const TokenSequence& tokens,
+                                     const std::vector<std::string>& pieces);
+
 // The deepest nesting the filter lets a hypothesis open (the trees of the treebank
 // sample nest at most 36 deep).
 inline constexpr int kMaxDecodedTreeDepth = 100;

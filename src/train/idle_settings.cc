@@ -45,6 +45,9 @@ std::string why_without_effect(const std::string& key, const Config& config,
   if (key == "train.valid_bleu_tokenize" && config.train.valid_metric == "chrf") {
     return "train.valid_metric = chrf scores characters, untokenized";
   }
+  if (key == "train.valid_bleu_tokenize" && config.train.valid_metric == "f1") {
+    return "train.valid_metric = f1 scores trees' brackets, not tokens";
+  }
   if (key == "train.divergence_lr_factor" && config.train.divergence != "rollback") {
     return "only train.divergence = rollback lowers the learning rate";
   }

@@ -105,7 +105,7 @@ void RunProgress::log_summary(int64_t completed_step, const ValidationRecord& be
       fixed_field("tgt tokens/s", "tgt_tokens_per_s",
                   static_cast<double>(total_tgt_tokens_) / std::max(wall, 1e-9), 0),
       best_field("ppl", best.ppl),
-      // BLEU's field as before, or chrF's when the validations score chrF.
+      // BLEU's field as before, or chrF's or F1's when the validations score one.
       best_field(config.train.valid_metric, best.of(config.train.valid_metric)),
       fixed_field("checkpoints", "checkpoints", checkpoints_written, 0)};
   // Only a run that met divergences has these, so that the others' lines stay as they were.

@@ -159,8 +159,10 @@ Trainer::Trainer(const Config& config, Communicator comm)
       check_validation_vocabulary(config_, *source_, *valid_source_);
     }
   });
+  // (a refusal, the same on every rank, or rank 0's alone, is one message and one exit
+  // code from every rank)
   if (valid_source_ && config_.train.valid_bleu) {
-    valid_bleu_ = make_validation_bleu(config_, comm_);
+    on_every_rank(comm_, [&] { valid_bleu_ = make_validation_bleu(config_, comm_); });
   }
   // Reading the data is the part of start-up that a corpus makes long: a stop signal
   // that came meanwhile ends the job here, before the model is built.
@@ -1015,6 +1017,9 @@ void Trainer::record_validation(const ValidationStats& valid, RunProgress& run) 
   }
   if (!std::isnan(valid.chrf)) {
     note_validation(best_valid_.chrf, unless_diverged(valid.chrf), Better::Higher, step);
+  }
+  if (!std::isnan(valid.f1)) {
+    note_validation(best_valid_.f1, unless_diverged(valid.f1), Better::Higher, step);
   }
   const std::vector<LogField> fields = validation_fields(valid);
   run.out << log_line("valid step " + std::to_string(step), fields) << std::endl;

@@ -2,17 +2,22 @@
 
 #include <sentencepiece_processor.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <sstream>
 
 #include "common/error.h"
 #include "common/still_working.h"
 #include "data/shard_file.h"
 #include "data/shard_reader.h"
 #include "decode/translate.h"
+#include "parse/evalb.h"
+#include "parse/tree.h"
 #include "train/stop_request.h"
 #include "train/test_hooks.h"
+#include "train/training_setup.h"
 
 namespace thpc {
 
@@ -34,7 +39,114 @@ BeamOptions validation_search(const Config& config) {
   return configured_beam_options(config.decode, config.model.max_positions, overrides);
 }
 
+// A word as EVALB reads it in a tree: no space, no bracket (the Penn Treebank's -LRB- and
+// -RRB-), not empty. Gold and test trees hold the same words, so this changes no score;
+// it keeps a validation line of words outside the treebank's readable.
+std::string evalb_word(const std::string& word) {
+  std::string out;
+  for (const char c : word) {
+    if (c == '(') {
+      out += "-LRB-";
+    } else if (c == ')') {
+      out += "-RRB-";
+    } else {
+      out += std::isspace(static_cast<unsigned char>(c)) ? '_' : c;
+    }
+  }
+  return out.empty() ? "_" : out;
+}
+
+// Whether every word of a linearized tree (tree_words') that is not a bracket is the
+// placeholder: the trees' leaves are XX (else the words). `pieces`: the vocabulary's, by
+// id; a word that begins with the unknown piece (`unk`) may be either (gold_tree_sequence).
+bool placeholder_leaves(const TokenSequence& tree, const std::vector<std::string>& pieces,
+                        int unk) {
+  const std::string& unknown = pieces.at(static_cast<size_t>(unk));
+  for (const std::string& word : tree_words(tree, pieces)) {
+    if (is_bracket_word(word) || word.rfind(unknown, 0) == 0) continue;
+    if (word != parse::kWordPlaceholder) return false;
+  }
+  return true;
+}
+
+// Refuses a validation pair whose tree the search cannot write, metric f1 (`pair`: its
+// number in `file`, from 0; `words`: its source's): leaves other than decode.tree_leaves
+// says (the search would write trees of the other kind), or a length limit below the
+// shortest tree over its words, which would leave the search only unfinished trees.
+void check_tree_pair(const Config& config, const BeamOptions& options,
+                     const std::vector<std::string>& pieces, int unk, const std::string& file,
+                     int64_t pair, const TokenSequence& source, const TokenSequence& target,
+                     size_t words) {
+  const bool placeholders = config.decode.tree_leaves == parse::kWordPlaceholder;
+  const std::string where = file + ": validation pair " + std::to_string(pair + 1);
+  const bool target_placeholders = placeholder_leaves(target, pieces, unk);
+  const bool source_placeholders = placeholder_leaves(source, pieces, unk);
+  if (placeholders != target_placeholders && !source_placeholders) {
+    throw ConfigurationError(
+        where + ": its tree's leaves are " + (target_placeholders ? "XX" : "the words") +
+        ", and decode.tree_leaves = " + config.decode.tree_leaves +
+        config.on_command_line("decode.tree_leaves") +
+        " (train.valid_metric = f1 decodes trees of that kind): set decode.tree_leaves = " +
+        (target_placeholders ? "XX" : "words") + ", as the shards were linearized");
+  }
+  const int needed = static_cast<int>(placeholders ? words : source.size()) + 3;
+  const int limit = beam_detail::output_length_limit(source.size(), options);
+  if (!words || limit >= needed) return;
+  std::ostringstream message;
+  message << where << " needs " << needed << " tokens for the shortest tree over its words "
+          << "(the root's brackets, its words' " << needed - 3 << " tokens, the end), but "
+          << "train.valid_metric = f1's search allows it " << limit << " (decode.max_len_a "
+          << options.max_len_a << " x " << source.size() << " source tokens + decode.max_len_b "
+          << options.max_len_b << ", at most model.max_positions - 1 = " << options.max_len_cap
+          << "): raise decode.max_len_a or decode.max_len_b (the paper's parser: 1 and 300)";
+  throw ConfigurationError(message.str());
+}
+
+// Runs `build`, which builds a TreeTokenFilter over the validation shards' vocabulary; its
+// refusal (no bracket pieces: not a parser's shards) is the configuration's.
+template <typename Build>
+void refuse_unless_trees(const Config& config, Build&& build) {
+  try {
+    build();
+  } catch (const Error& error) {
+    throw ConfigurationError(config.source_file + ": train.valid_metric = f1 scores the " +
+                             "trees of a parser, but data.valid's shards cannot hold one: " +
+                             error.what() + "; score translations with bleu or chrf");
+  }
+}
+
 }  // namespace
+
+std::string gold_tree_sequence(const TokenSequence& target,
+                               const std::vector<std::string>& pieces, int unk, size_t words) {
+  const std::string& unknown = pieces.at(static_cast<size_t>(unk));
+  const std::vector<std::string> items = tree_words(target, pieces);
+  size_t opens = 0, closes = 0, slots = 0, unsure = 0;
+  const auto is_unsure = [&](const std::string& item) {
+    return item.size() > unknown.size() && item.compare(0, unknown.size(), unknown) == 0;
+  };
+  for (const std::string& item : items) {
+    if (is_unsure(item)) {
+      ++unsure;
+    } else if (is_bracket_word(item)) {
+      ++(item[0] == '(' ? opens : closes);
+    } else {
+      ++slots;
+    }
+  }
+  const bool unsure_are_brackets = unsure > 0 && opens + unsure == closes && slots == words;
+  std::string sequence;
+  for (const std::string& item : items) {
+    std::string written = parse::kWordPlaceholder;
+    if (is_unsure(item)) {
+      if (unsure_are_brackets) written = "(" + item.substr(unknown.size());
+    } else if (is_bracket_word(item)) {
+      written = item;
+    }
+    sequence += (sequence.empty() ? "" : " ") + written;
+  }
+  return sequence;
+}
 
 ValidationBleu::ValidationBleu(const Config& config, const Communicator& comm)
     : comm_(comm),
@@ -46,10 +158,15 @@ ValidationBleu::ValidationBleu(const Config& config, const Communicator& comm)
   // The pairs the validation loss reads (ShardReader drops those a position table cannot
   // hold with bos/eos).
   const int64_t longest = config.model.max_positions - 1;
+  const bool trees = metric_ == "f1";
+  const bool placeholders = config.decode.tree_leaves == parse::kWordPlaceholder;
   std::vector<std::string> references;
+  std::vector<int> words_per_source;  // this rank's share, metric f1 with placeholders
+  std::vector<TokenSequence> gold_sequences;  // rank 0, metric f1: the targets
   for (const std::string& file : files) {
     const ShardContents shard = read_shard(file);
-    if (!spm_ && comm_.is_root()) {
+    // (every rank's search needs the pieces with metric f1: they are its filter's)
+    if (!spm_ && (comm_.is_root() || trees)) {
       if (shard.metadata.spm_model.empty()) {
         THPC_FAIL(file << ": holds no SentencePiece model, which train.valid_bleu needs to "
                        << "detokenise translations and references (shards of "
@@ -62,14 +179,56 @@ ValidationBleu::ValidationBleu(const Config& config, const Communicator& comm)
       }
     }
     ids_ = shard.metadata.ids;
+    if (trees && pieces_.empty()) {
+      for (int id = 0; id < spm_->GetPieceSize(); ++id) pieces_.push_back(spm_->IdToPiece(id));
+      refuse_unless_trees(config, [&] { TreeTokenFilter(pieces_, ids_, {}); });
+    }
     for (int64_t i = 0; i < shard.source.sentences(); ++i) {
       if (shard.source.length(i) > longest || shard.target.length(i) > longest) continue;
-      if (pairs_++ % comm_.size() == comm_.rank()) sources_.push_back(shard.source.sentence(i));
-      if (comm_.is_root()) references.push_back(detokenize(*spm_, shard.target.sentence(i)));
+      const TokenSequence source = shard.source.sentence(i);
+      const bool ours = pairs_ % comm_.size() == comm_.rank();
+      if (ours) sources_.push_back(source);
+      if (trees) {
+        // Every rank checks every pair, so that a refusal is every rank's.
+        const TokenSequence target = shard.target.sentence(i);
+        const std::vector<TokenSequence> words = source_words(source, pieces_);
+        check_tree_pair(config, options_, pieces_, ids_.unk, file, i, source, target,
+                        words.size());
+        if (ours) words_per_source.push_back(static_cast<int>(words.size()));
+        if (comm_.is_root()) {
+          words_.emplace_back();
+          tags_.emplace_back();
+          for (const TokenSequence& word : words) {
+            words_.back().push_back(evalb_word(detokenize(*spm_, word)));
+          }
+          tags_.back() = parse::punctuation_tags(words_.back());
+          gold_sequences.push_back(target);
+        }
+      } else if (comm_.is_root()) {
+        references.push_back(detokenize(*spm_, shard.target.sentence(i)));
+      }
+      ++pairs_;
       show_still_working();  // at start-up, which the other ranks wait for
     }
   }
-  if (comm_.is_root()) {
+  if (trees) {
+    refuse_unless_trees(config, [&] {
+      trees_ = placeholders
+                   ? std::make_unique<TreeTokenFilter>(pieces_, ids_.eos, words_per_source)
+                   : std::make_unique<TreeTokenFilter>(pieces_, ids_, sources_);
+    });
+    options_.filter = trees_.get();
+    std::vector<std::string> gold;
+    for (const TokenSequence& target : gold_sequences) {
+      gold.push_back(gold_tree_sequence(target, pieces_, ids_.unk, words_[gold.size()].size()));
+    }
+    // (a pair without words has no tree: both lines empty, which EVALB skips)
+    for (size_t k = 0; k < gold.size(); ++k) {
+      gold_trees_.push_back(words_[k].empty() ? std::string()
+                                              : parse::to_evalb_line(parse::delinearize(
+                                                    gold[k], words_[k], tags_[k]).tree));
+    }
+  } else if (comm_.is_root()) {
     const std::vector<std::vector<std::string>> streams = {references};
     if (metric_ == "chrf") {
       chrf_ = std::make_unique<metrics::ChrfScorer>(streams, metrics::ChrfOptions{});
@@ -119,6 +278,23 @@ std::vector<TokenSequence> unpacked_ids(const std::string& bytes, size_t rank) {
 
 }  // namespace
 
+double ValidationBleu::tree_f1(const std::vector<std::string>& sequences) const {
+  std::vector<std::string> trees;
+  for (size_t k = 0; k < sequences.size(); ++k) {
+    trees.push_back(words_[k].empty() ? std::string()
+                                      : parse::to_evalb_line(
+                                            parse::delinearize(sequences[k], words_[k], tags_[k])
+                                                .tree));
+    show_still_working();
+  }
+  std::string error;
+  const double f1 =
+      parse::bracketing_f_measure(parse::collins_parameters(), gold_trees_, trees, &error);
+  // (gold and test trees hold the same words: EVALB finds no error in them)
+  THPC_CHECK(error.empty(), "validation F1: EVALB: " << error);
+  return f1;
+}
+
 double ValidationBleu::score(Transformer& model, int64_t step) const {
   std::vector<std::vector<Hypothesis>> results(sources_.size());
   for (const DecodeBatch& batch :
@@ -139,12 +315,16 @@ double ValidationBleu::score(Transformer& model, int64_t step) const {
       size_t k = rank;
       for (const TokenSequence& tokens : unpacked_ids(shares[rank], rank)) {
         THPC_CHECK(k < hypotheses.size(), "rank " << rank << " sent more translations than pairs");
-        hypotheses[k] = detokenize(*spm_, tokens);
+        // (metric f1: each tree's brackets and a slot per word, the words are the pair's)
+        hypotheses[k] = trees_ ? sequence_with_word_slots(tokens, pieces_)
+                               : detokenize(*spm_, tokens);
         show_still_working();  // the other ranks wait for the score
         k += shares.size();
       }
     }
-    score = chrf_ ? chrf_->corpus_score(hypotheses) : bleu_->corpus_score(hypotheses).score;
+    score = trees_  ? tree_f1(hypotheses)
+            : chrf_ ? chrf_->corpus_score(hypotheses)
+                    : bleu_->corpus_score(hypotheses).score;
   }
   // Rank 0 scores alone (seconds for a large set) and signs its work between sentences,
   // so the caller's limit from the last sign of work holds here too: a rank 0 stopped or

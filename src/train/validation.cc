@@ -46,7 +46,7 @@ std::string eval_settings_differing(const Config& config, const Checkpoint& chec
       "model.label_smoothing", "train.tokens_per_step", "train.accumulate",
       "train.valid_bleu",      "train.valid_metric",    "train.valid_beam",
       "train.valid_bleu_tokenize", "decode.alpha",      "decode.max_len_a",
-      "decode.max_len_b"};
+      "decode.max_len_b",      "decode.tree_leaves"};
   if (checkpoint.config_ini.empty()) return "";
   std::string listed;
   for (const ConfigDifference& difference :
@@ -63,12 +63,14 @@ std::string eval_settings_differing(const Config& config, const Checkpoint& chec
 }  // namespace
 
 // A failure to read what BLEU needs from the validation shards is the data's, like the
-// shards' other checks.
+// shards' other checks; a search the configuration makes impossible is its own.
 std::unique_ptr<ValidationBleu> make_validation_bleu(const Config& config,
                                                      const Communicator& comm) {
   try {
     return std::make_unique<ValidationBleu>(config, comm);
   } catch (const DataError&) {
+    throw;
+  } catch (const ConfigurationError&) {
     throw;
   } catch (const Error& error) {
     throw DataError(error.what());
@@ -78,7 +80,9 @@ std::unique_ptr<ValidationBleu> make_validation_bleu(const Config& config,
 // The score of the validation translations, into the field of its metric.
 void score_translations(const ValidationBleu& scorer, Transformer& model, int64_t step,
                         ValidationStats& stats) {
-  (scorer.metric() == "chrf" ? stats.chrf : stats.bleu) = scorer.score(model, step);
+  (scorer.metric() == "chrf" ? stats.chrf
+   : scorer.metric() == "f1" ? stats.f1
+                             : stats.bleu) = scorer.score(model, step);
 }
 
 namespace {
@@ -133,6 +137,7 @@ std::vector<LogField> validation_fields(const ValidationStats& valid) {
   // Only runs that translate have the field, so that the lines of the others stay as they were.
   if (!std::isnan(valid.bleu)) fields.push_back(fixed_field("bleu", "valid_bleu", valid.bleu, 2));
   if (!std::isnan(valid.chrf)) fields.push_back(fixed_field("chrf", "valid_chrf", valid.chrf, 2));
+  if (!std::isnan(valid.f1)) fields.push_back(fixed_field("f1", "valid_f1", valid.f1, 2));
   return fields;
 }
 
@@ -235,9 +240,13 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
   check_every_rank_reads_the_same_data(comm, *shards, config.data.dir, "validation");
   check_every_rank_starts_from_the_same_parameters(comm, model->params().sha256_hex(),
                                                    "--eval " + path);
+  // (a refusal, the same on every rank, is one message and one exit code from every rank;
+  // rank 0 reads the references longer, within `reading`'s limit)
+  std::unique_ptr<ValidationBleu> bleu;
+  if (config.train.valid_bleu) {
+    on_every_rank(comm, [&] { bleu = make_validation_bleu(config, comm); });
+  }
   reading.reset();
-  const std::unique_ptr<ValidationBleu> bleu =
-      config.train.valid_bleu ? make_validation_bleu(config, comm) : nullptr;
   ValidationStats stats;
   int signal = 0;
   {

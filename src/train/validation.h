@@ -29,13 +29,14 @@ struct ValidationStats {
   // train.valid_metric; the other, and both without valid_bleu, NaN.
   double bleu = NAN;
   double chrf = NAN;
+  double f1 = NAN;  // a parser's bracketing F1
   // A stop signal reached this rank before the pass ended: the pass may have been cut
   // short (it stops at the next batch), and the values are not the validation set's.
   bool interrupted = false;
 };
 
 // The fields of a "valid step N | loss ... | ppl ... | target tokens ... [| bleu ...]" line
-// ("| chrf ..." with train.valid_metric = chrf).
+// ("| chrf ..." or "| f1 ..." with train.valid_metric = chrf or f1).
 std::vector<LogField> validation_fields(const ValidationStats& stats);
 
 // transformer_hpc CONFIG --eval CHECKPOINT: the validation loss and perplexity of the
@@ -56,8 +57,9 @@ int64_t micro_batch_budget(const Config& config, const Communicator& comm);
 ValidationStats validation_pass(Transformer& model, ShardReader& shards,
                                 const Communicator& comm, int64_t budget);
 
-// The BLEU or chrF scorer of the validation translations (train.valid_bleu); a failure to
-// read what it needs from the validation shards is the data's (DataError).
+// The BLEU, chrF or F1 scorer of the validation translations (train.valid_bleu); a failure
+// to read what it needs from the validation shards is the data's (DataError), a search
+// the configuration makes impossible its own (ConfigurationError).
 std::unique_ptr<ValidationBleu> make_validation_bleu(const Config& config,
                                                      const Communicator& comm);
 
