@@ -10,6 +10,8 @@
 // baseline's 17.27 and 17.26. (With XX as the leaves, or without the filter's rescoring,
 // 600 steps gave dev 13.7 and 4.1: the test fails with either.) Then the same checkpoint is scored
 // again through CHECKPOINT=FILE on a subset (EVAL_LIMIT, EVAL_MAX_WORDS): decoding only.
+// The run validates once, at its end, with train.valid_metric = f1: the F1 it logs is the
+// script's dev F1 for that checkpoint.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -82,8 +84,17 @@ TEST(ParsePipeline, TinyParserBeatsTheRightBranchingBaseline) {
   thpc::ProcessResult result = thpc::run_process(
       environment + " bash " + script + " input/parse_tiny.ini --data.dir=" +
       (work / "data").string() + " --checkpoint.dir=" + checkpoints +
-      " --train.max_steps=" + std::to_string(kSteps) + " --train.threads=1");
+      " --train.max_steps=" + std::to_string(kSteps) + " --train.threads=1" +
+      // The dev F1 at the end of training, searched as run_parser.sh decodes (the config's
+      // beam), and best.h5 kept by it, which the script then scores.
+      " --train.valid_every=" + std::to_string(kSteps) +
+      " --train.valid_bleu=true --train.valid_metric=f1 --train.valid_beam=4"
+      " --checkpoint.keep_best=f1");
   ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("run_parser.sh: scoring " + checkpoints + "/best.h5, the best "
+                               "validation's (step " + std::to_string(kSteps) + ", valid f1 "),
+            std::string::npos)
+      << result.output;
 
   const SplitScore dev = score_line(result.output, "dev");
   const SplitScore test = score_line(result.output, "test");
@@ -102,6 +113,14 @@ TEST(ParsePipeline, TinyParserBeatsTheRightBranchingBaseline) {
       << "measured on the development machine: test " << kMeasuredTestF1;
   expect_every_tree_scored(work, "dev", dev.sentences);
   expect_every_tree_scored(work, "test", test.sentences);
+  // The F1 training logged for the dev split is the script's: the same trees (the search
+  // constrained alike), the same words, and the punctuation tags training infers
+  // (parse::punctuation_tags) are the treebank's on every dev word EVALB deletes.
+  const std::regex logged("valid step " + std::to_string(kSteps) + R"( \|.*\| f1 ([0-9.]+))");
+  std::smatch match;
+  const std::string log = thpc::read_file(work / "train.log");
+  ASSERT_TRUE(std::regex_search(log, match, logged)) << log;
+  EXPECT_NEAR(std::stod(match[1]), dev.parser_f1, 0.005) << log;
 
   // The same checkpoint, decoding and scoring only, on the short dev and test sentences.
   const std::string checkpoint = thpc::run_process("ls -1 " + checkpoints + "/step_*.h5").output;
