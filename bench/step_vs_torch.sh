@@ -52,7 +52,8 @@
 #     eager_peak_mem_gib=... compile_peak_mem_gib=...
 #     [on the CPU: ours_gemm=onednn|openblas ours_openblas=CORE... eager_mfu=M
 #      eager_gemm_ceiling_tflops=G compile_mfu=... compile_gemm_ceiling_tflops=...: each
-#      peer against its own library's ceiling, which it measures]
+#      peer against its own library's ceiling, which it measures; loadavg=BEFORE->AFTER
+#      (1-minute, the runs' threads included) cores=N: a shared machine's noise shows]
 # (after ours=NAME with OURS_VARIANTS) with medians over the runs; eager_* is the
 # fastest eager-family peer, compile_* the
 # fastest compiled one ("none" where none ran); a ratio > 1 means transformer_hpc is
@@ -249,6 +250,10 @@ run_peers() {
   done
 }
 
+# The 1-minute load average before the runs (the CPU line gives it with the one after): on a
+# shared machine a load above the runs' own threads says another process took cores
+# (2-thread ratios moved by 10% on a 2-core machine that way; one thread was stable).
+load_before=$(cut -d' ' -f1 /proc/loadavg 2> /dev/null || echo unknown)
 # PEERS_FIRST=1: each run's peers before ours, so that the peer a ratio needs has its line
 # even when OURS_SECONDS leaves some of our variants out.
 for ((run = 1; run <= runs; run++)); do
@@ -269,10 +274,11 @@ openblas=none
 if [ "$device" = cpu ]; then
   openblas=$(bash "$(dirname "$0")/openblas_kernels.sh" "$build/transformer_bench_step")
 fi
-"$python" - "$lines" "$device" "$preset" "$tokens" "$runs" "${#variants[@]}" "$openblas" <<'PY'
+"$python" - "$lines" "$device" "$preset" "$tokens" "$runs" "${#variants[@]}" "$openblas" \
+  "$load_before" "$(nproc 2> /dev/null || echo unknown)" <<'PY'
 import json, statistics, sys
 
-path, device, preset, tokens, runs, named_variants, openblas = sys.argv[1:]
+path, device, preset, tokens, runs, named_variants, openblas, load_before, cores = sys.argv[1:]
 by_system = {}
 for row in open(path):
     run, system, text = row.rstrip("\n").split("\t", 2)
@@ -356,5 +362,14 @@ for variant, ours in variants.items():
             fields.append(f"{family}_mfu={fmt(peers[name]['mfu'] if name else None, 3)}")
             fields.append(f"{family}_gemm_ceiling_tflops="
                           f"{fmt(peers[name]['gemm_ceiling_tflops'] if name else None, 4)}")
+        # The machine's 1-minute load average before and after the runs, and its cores
+        # (the runs' own threads count in it).
+        try:
+            with open("/proc/loadavg") as f:
+                load_after = f.read().split()[0]
+        except OSError:
+            load_after = "unknown"
+        fields.append(f"loadavg={load_before}->{load_after}")
+        fields.append(f"cores={cores}")
     print("step_vs_torch: " + " ".join(fields))
 PY
