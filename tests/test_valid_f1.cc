@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <string>
 #include <vector>
@@ -131,6 +132,39 @@ TEST_F(ValidF1Run, ARunLogsItKeepsTheBestByItAndEvalScoresTheSame) {
                         (root_ / "run" / "checkpoints" / "step_00000020.h5").string());
   ASSERT_EQ(evaluated.exit_code, 0) << evaluated.output;
   EXPECT_EQ(logged_f1(evaluated.output, 20), second) << evaluated.output;
+  // A length limit that leaves trees unfinished is said (it cut the F1 without a word).
+  const ProcessResult limited =
+      train("eval", kValidF1 + " --decode.max_len_a=1 --decode.max_len_b=3 --eval " +
+                        (root_ / "run" / "checkpoints" / "step_00000020.h5").string());
+  ASSERT_EQ(limited.exit_code, 0) << limited.output;
+  EXPECT_NE(limited.output.find("note: 273 of the 273 validation trees are longer than the "
+                                "validation search's length limit (decode.max_len_a 1 x "
+                                "source tokens + decode.max_len_b 3)"),
+            std::string::npos)
+      << limited.output;
+  EXPECT_EQ(evaluated.output.find("validation trees are longer"), std::string::npos)
+      << evaluated.output;
+}
+
+// tools/choose_average.sh on a run that averaged its best checkpoints by F1 (it read the
+// metric of "by valid f1" as "f" and stopped; a helper's walk).
+TEST_F(ValidF1Run, ChooseAverageNamesTheCandidateWithTheBetterF1) {
+  const ProcessResult run = train(
+      "averaged", kValidF1 + " --train.max_steps=30 --checkpoint.keep_best=f1 "
+                             "--checkpoint.keep_best_count=2 --checkpoint.average_best=2 "
+                             "--checkpoint.every_steps=10 --checkpoint.keep=2 "
+                             "--checkpoint.average_last=2");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  ASSERT_NE(run.output.find("best checkpoints by valid f1"), std::string::npos) << run.output;
+  const fs::path log = root_ / "averaged.log";
+  { std::ofstream(log) << run.output; }
+  const ProcessResult chosen = run_process(
+      "cd " THPC_SOURCE_DIR " && bash tools/choose_average.sh parse " + log.string() + " " +
+      binary_dir() + "/transformer_hpc input/parse_tiny.ini --data.dir=" +
+      (root_ / "data").string() + " --train.threads=1" + kValidF1);
+  ASSERT_EQ(chosen.exit_code, 0) << chosen.output;
+  EXPECT_NE(chosen.output.find("parse: the better validation f1 is "), std::string::npos)
+      << chosen.output;
 }
 
 TEST_F(ValidF1Run, WhatWouldMakeItMeaninglessIsRefusedBeforeTraining) {
@@ -150,6 +184,50 @@ TEST_F(ValidF1Run, WhatWouldMakeItMeaninglessIsRefusedBeforeTraining) {
   EXPECT_NE(run.output.find("raise decode.max_len_a or decode.max_len_b"), std::string::npos)
       << run.output;
   EXPECT_FALSE(fs::exists(root_ / "short" / "checkpoints" / "step_00000010.h5"));
+  // A dry run refuses them as training does (it passed them).
+  run = train("dry", kValidF1 + " --decode.tree_leaves=XX --dry-run");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("decode.tree_leaves = XX"), std::string::npos) << run.output;
+  run = train("dry", kValidF1 + " --decode.max_len_b=0 --decode.max_len_a=1 --dry-run");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("raise decode.max_len_a or decode.max_len_b"), std::string::npos)
+      << run.output;
+  run = train("dry", kValidF1 + " --dry-run");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+}
+
+// A sentence holding a bracket as a word (a treebank without -LRB-/-RRB-): its tree could
+// not be told from the words, and the shards are to be made again (exit 3, the data's).
+TEST(ValidF1, ASentenceHoldingABracketWordIsTheDatas) {
+  const fs::path root =
+      fs::temp_directory_path() / ("thpc_valid_f1_bracket_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root);
+  {
+    std::ofstream words(root / "train.words"), trees(root / "train.tree");
+    for (int i = 0; i < 30; ++i) {
+      words << "the cat sat on the mat\n";
+      trees << "(S (NP the cat ) (VP sat (PP on (NP the mat ) ) ) )\n";
+    }
+    std::ofstream(root / "valid.words") << "the ) cat sat\n";
+    std::ofstream(root / "valid.tree") << "(S (NP the ) ) (VP cat sat ) )\n";
+  }
+  const ProcessResult shards = run_process(
+      binary_dir() + "/transformer_preprocess --source-lang words --target-lang tree "
+      "--trainpref " + (root / "train").string() + " --validpref " + (root / "valid").string() +
+      " --destdir " + (root / "data").string() + " --vocab-size 30 --user-symbols "
+      "'(S,(NP,(VP,(PP,)' --seed 1");
+  ASSERT_EQ(shards.exit_code, 0) << shards.output;
+  const ProcessResult run = run_process(
+      "cd " THPC_SOURCE_DIR " && " + binary_dir() + "/transformer_hpc input/parse_tiny.ini "
+      "--model.vocab_size=0 --data.dir=" + (root / "data").string() + " --checkpoint.dir=" +
+      (root / "checkpoints").string() + kValidF1 + " --train.max_steps=10");
+  EXPECT_EQ(run.exit_code, 3) << run.output;
+  EXPECT_NE(run.output.find("valid.00000.h5: validation pair 1: its sentence holds the word "
+                            "')', which a linearized tree reads as a bracket"),
+            std::string::npos)
+      << run.output;
+  fs::remove_all(root);
 }
 
 // A translation corpus has no trees to score.
@@ -164,6 +242,12 @@ TEST(ValidF1, ATranslationCorpusIsRefused) {
       "--data.dir=" + (root / "data").string() + " --checkpoint.dir=" +
       (root / "checkpoints").string() + kValidF1 + " --train.max_steps=10");
   EXPECT_EQ(run.exit_code, 2) << run.output;
+  const ProcessResult dry = run_process(
+      "cd " THPC_SOURCE_DIR " && " + binary_dir() + "/transformer_hpc input/numbers.ini "
+      "--data.dir=" + (root / "data").string() + kValidF1 + " --dry-run");
+  EXPECT_EQ(dry.exit_code, 2) << dry.output;
+  EXPECT_NE(dry.output.find("data.valid's shards cannot hold one"), std::string::npos)
+      << dry.output;
   EXPECT_NE(run.output.find("train.valid_metric = f1 scores the trees of a parser, but "
                             "data.valid's shards cannot hold one"),
             std::string::npos)

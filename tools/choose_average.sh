@@ -4,8 +4,9 @@
 # it kept one (checkpoint.keep_best: the last "best checkpoint FILE" line), on the
 # validation set with `transformer_hpc CONFIG --eval FILE`, and names the better one by
 # the metric the run ranked its best checkpoints by (checkpoint.keep_best: the log's
-# "average of the N best checkpoints by valid METRIC" line), else BLEU or chrF when the
-# config translates, else perplexity. Lower perplexity, higher BLEU and chrF are better;
+# "average of the N best checkpoints by valid METRIC" line), else BLEU, chrF or a
+# parser's F1 when the config translates, else perplexity. Lower perplexity, higher BLEU,
+# chrF and F1 are better;
 # of equal scores (to the printed digits) the first of the log, the last N, is named. A
 # run still improving when it ends can score better with its best checkpoint than with
 # any average (bench/RESULTS.md, Multi30k on 2 CPU cores). What tools/run_multi30k.sh
@@ -39,7 +40,7 @@ fi
 # The step each file must hold: the best's, as the log says; an average of the last N
 # ends at the run's final step (the last "final: step=N" line).
 final_step=$(sed -n 's/^final: step=\([0-9]*\) .*/\1/p' "$log" | tail -1)
-kept_by=$(sed -n 's/^\(warning: \)\{0,1\}average of the .* best checkpoints\{0,1\} by valid \([a-z]*\).*/\2/p' "$log" | head -1)
+kept_by=$(sed -n 's/^\(warning: \)\{0,1\}average of the .* best checkpoints\{0,1\} by valid \([a-z0-9]*\).*/\2/p' "$log" | head -1)
 results=()
 for file in "${candidates[@]}"; do
   line=$("$trainer" "$@" --eval "$file" | grep '^valid step ') ||

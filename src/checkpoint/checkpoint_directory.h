@@ -35,7 +35,7 @@ std::vector<std::string> newest_healthy_checkpoints(const std::string& dir, int 
 std::vector<CheckpointSummary> best_checkpoint_summaries(const std::string& dir);
 
 // Sorts checkpoints of one metric best first: the better value (lower perplexity, higher
-// BLEU or chrF), then, for equal values, the earlier step (a later equal value is no
+// BLEU, chrF or F1), then, for equal values, the earlier step (a later equal value is no
 // improvement, as for best.h5), then the path. Every summary must have a validation.
 void rank_best_checkpoints(std::vector<CheckpointSummary>& summaries);
 

@@ -40,7 +40,8 @@ std::string why_without_effect(const std::string& key, const Config& config,
   }
   if (!config.train.valid_bleu &&
       in({"train.valid_metric", "train.valid_beam", "train.valid_bleu_tokenize"})) {
-    return "train.valid_bleu = false: validation scores perplexity alone, translating nothing";
+    return "train.valid_bleu = false: validation scores perplexity alone (true translates, or "
+           "parses, the validation set and scores it)";
   }
   if (key == "train.valid_bleu_tokenize" && config.train.valid_metric == "chrf") {
     return "train.valid_metric = chrf scores characters, untokenized";

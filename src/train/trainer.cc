@@ -716,6 +716,7 @@ bool Trainer::start_up(std::ostream& out) {
     const std::string same = same_pairs_warning(config_, *source_, *valid_source_);
     if (!same.empty()) out << same << std::endl;
   }
+  if (valid_bleu_ && comm_.is_root()) out << valid_bleu_->notes() << std::flush;
   // A signal during start-up (before run(): main installed the handler first) or while a
   // checkpoint was read ends the run here; the state is what is on disk already.
   if (stopped_before_training(comm_, completed_steps_, out)) return false;

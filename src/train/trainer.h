@@ -84,7 +84,7 @@ class Trainer {
   // train.divergence says: skipping, rolling back or stopping is DivergenceHandling's, in
   // run() (before: a skip rule of its own here, which logged and recorded nothing).
   StepStats step();
-  // The loss on the validation shards, and with train.valid_bleu the BLEU or chrF of
+  // The loss on the validation shards, and with train.valid_bleu the BLEU, chrF or F1 of
   // their translation (every rank must call it: the sums are global).
   ValidationStats validate();
   // Applies checkpoint.resume / checkpoint.init, then steps until train.max_steps (or the

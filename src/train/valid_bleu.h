@@ -62,6 +62,11 @@ class ValidationBleu {
 
   int64_t sentences() const { return pairs_; }
 
+  // Rank 0: "note: ..." lines (each ending in a newline) of what makes the score less than
+  // the model's own, for the start of the run: with metric f1, validation trees longer
+  // than the search's length limit, targets that are no well-formed tree. "" when none.
+  const std::string& notes() const { return notes_; }
+
  private:
   // Metric f1, rank 0: the F1 of the trees `sequences` (sequence_with_word_slots', pair
   // by pair) describe over the pairs' words against the gold trees.
@@ -83,6 +88,7 @@ class ValidationBleu {
   std::vector<std::string> gold_trees_;
   std::vector<std::vector<std::string>> words_, tags_;
   std::vector<std::string> pieces_;
+  std::string notes_;
 };
 
 // Metric f1: a validation target as the sequence parse::delinearize reads

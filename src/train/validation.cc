@@ -283,8 +283,8 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
     log << "note: " << path << " is an average (of " << averaged_from << "): step " << step
         << " is its newest input's, and the line below is the average's" << std::endl;
   }
-  log << log_line("valid step " + std::to_string(step), validation_fields(stats))
-      << std::endl;
+  log << (bleu ? bleu->notes() : std::string())
+      << log_line("valid step " + std::to_string(step), validation_fields(stats)) << std::endl;
 }
 
 }  // namespace thpc

@@ -1,6 +1,6 @@
 // Validation (Marian's validator, here beside the training loop that calls it): one pass
-// over the validation shards, summed over the ranks, with the BLEU or chrF of their
-// translations under train.valid_bleu; its log line; and --eval, which scores a
+// over the validation shards, summed over the ranks, with the BLEU, chrF or (a parser's)
+// F1 of their translations under train.valid_bleu; its log line; and --eval, which scores a
 // checkpoint the same way without training.
 #pragma once
 
