@@ -269,7 +269,7 @@ void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::os
         // (a parser's F1 on a translation corpus, trees of the other kind, a length limit
         // below a validation tree: exit 2) a dry run passed (a helper's walk).
         if (!config.data.dir.empty() && config.train.valid_bleu) {
-          thpc::make_validation_bleu(config, comm);
+          thpc::make_validation_scorer(config, comm);
         }
         const std::string same = thpc::same_pairs_warning(config, *source, *valid);
         if (!same.empty()) out << "# " << same << "\n";

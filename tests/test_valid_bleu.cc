@@ -22,7 +22,7 @@
 #include "data/shard_reader.h"
 #include "distributed/communicator.h"
 #include "program.h"
-#include "train/valid_bleu.h"
+#include "train/validation_scorer.h"
 
 namespace thpc {
 namespace {
@@ -430,7 +430,7 @@ TEST_F(ValidBleu, ItTranslatesThePairsTheLossReadsAtThePositionsBoundary) {
     spec.shuffle = false;
     spec.max_sentence_tokens = positions - 1;
     EXPECT_EQ(ShardReader(spec).pairs(), kept);
-    EXPECT_EQ(ValidationBleu(config, Communicator::single()).sentences(), kept);
+    EXPECT_EQ(ValidationScorer(config, Communicator::single()).sentences(), kept);
   }
 }
 

@@ -18,7 +18,7 @@
 #include "data_dir.h"
 #include "decode/tree_filter.h"
 #include "program.h"
-#include "train/valid_bleu.h"
+#include "train/validation_scorer.h"
 
 namespace thpc {
 namespace {

@@ -162,7 +162,7 @@ Trainer::Trainer(const Config& config, Communicator comm)
   // (a refusal, the same on every rank, or rank 0's alone, is one message and one exit
   // code from every rank)
   if (valid_source_ && config_.train.valid_bleu) {
-    on_every_rank(comm_, [&] { valid_bleu_ = make_validation_bleu(config_, comm_); });
+    on_every_rank(comm_, [&] { validation_scorer_ = make_validation_scorer(config_, comm_); });
   }
   // Reading the data is the part of start-up that a corpus makes long: a stop signal
   // that came meanwhile ends the job here, before the model is built.
@@ -332,7 +332,7 @@ ValidationStats Trainer::validate() {
   if (const std::optional<double> nll = injected_validation_nll(completed_steps_)) {
     stats.nll = *nll;  // the test hook's exploded validation
   }
-  if (valid_bleu_) score_translations(*valid_bleu_, *model_, completed_steps_, stats);
+  if (validation_scorer_) score_translations(*validation_scorer_, *model_, completed_steps_, stats);
   stats.interrupted = stop_requested_by() != 0;
   return stats;
 }
@@ -716,7 +716,7 @@ bool Trainer::start_up(std::ostream& out) {
     const std::string same = same_pairs_warning(config_, *source_, *valid_source_);
     if (!same.empty()) out << same << std::endl;
   }
-  if (valid_bleu_ && comm_.is_root()) out << valid_bleu_->notes() << std::flush;
+  if (validation_scorer_ && comm_.is_root()) out << validation_scorer_->notes() << std::flush;
   // A signal during start-up (before run(): main installed the handler first) or while a
   // checkpoint was read ends the run here; the state is what is on disk already.
   if (stopped_before_training(comm_, completed_steps_, out)) return false;

@@ -34,7 +34,7 @@
 #include "train/step_decision.h"
 #include "train/step_stats.h"
 #include "train/training_setup.h"
-#include "train/valid_bleu.h"
+#include "train/validation_scorer.h"
 #include "train/validation.h"
 
 namespace thpc {
@@ -133,7 +133,7 @@ class Trainer {
   std::string valid_change_note_;  // the validation shards differ from the checkpoint's
   std::string earlier_valid_sha256_;  // then, the checkpoint's: its best files go aside
   std::unique_ptr<ShardReader> valid_source_;  // when train.valid_every > 0
-  std::unique_ptr<ValidationBleu> valid_bleu_;  // when train.valid_bleu
+  std::unique_ptr<ValidationScorer> validation_scorer_;  // when train.valid_bleu
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<Adam> adam_;
   std::unique_ptr<StepTotalsBuffer> step_totals_;  // the step's loss sums and norm, read once

@@ -64,10 +64,10 @@ std::string eval_settings_differing(const Config& config, const Checkpoint& chec
 
 // A failure to read what BLEU needs from the validation shards is the data's, like the
 // shards' other checks; a search the configuration makes impossible is its own.
-std::unique_ptr<ValidationBleu> make_validation_bleu(const Config& config,
+std::unique_ptr<ValidationScorer> make_validation_scorer(const Config& config,
                                                      const Communicator& comm) {
   try {
-    return std::make_unique<ValidationBleu>(config, comm);
+    return std::make_unique<ValidationScorer>(config, comm);
   } catch (const DataError&) {
     throw;
   } catch (const ConfigurationError&) {
@@ -78,7 +78,7 @@ std::unique_ptr<ValidationBleu> make_validation_bleu(const Config& config,
 }
 
 // The score of the validation translations, into the field of its metric.
-void score_translations(const ValidationBleu& scorer, Transformer& model, int64_t step,
+void score_translations(const ValidationScorer& scorer, Transformer& model, int64_t step,
                         ValidationStats& stats) {
   (scorer.metric() == "chrf" ? stats.chrf
    : scorer.metric() == "f1" ? stats.f1
@@ -242,9 +242,9 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
                                                    "--eval " + path);
   // (a refusal, the same on every rank, is one message and one exit code from every rank;
   // rank 0 reads the references longer, within `reading`'s limit)
-  std::unique_ptr<ValidationBleu> bleu;
+  std::unique_ptr<ValidationScorer> scorer;
   if (config.train.valid_bleu) {
-    on_every_rank(comm, [&] { bleu = make_validation_bleu(config, comm); });
+    on_every_rank(comm, [&] { scorer = make_validation_scorer(config, comm); });
   }
   reading.reset();
   ValidationStats stats;
@@ -255,7 +255,7 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
                                           Communicator::WaitFrom::kLastSignOfWork,
                                           "run the --eval again");
     stats = validation_pass(*model, *shards, comm, micro_batch_budget(config, comm));
-    if (bleu) score_translations(*bleu, *model, step, stats);
+    if (scorer) score_translations(*scorer, *model, step, stats);
     // (within the bound: a rank stopped as its pass ended held the others here)
     signal = stop_signal_of_any_rank(comm);
   }
@@ -283,7 +283,7 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
     log << "note: " << path << " is an average (of " << averaged_from << "): step " << step
         << " is its newest input's, and the line below is the average's" << std::endl;
   }
-  log << (bleu ? bleu->notes() : std::string())
+  log << (scorer ? scorer->notes() : std::string())
       << log_line("valid step " + std::to_string(step), validation_fields(stats)) << std::endl;
 }
 

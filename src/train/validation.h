@@ -16,7 +16,7 @@
 #include "distributed/communicator.h"
 #include "model/transformer.h"
 #include "train/run_log.h"
-#include "train/valid_bleu.h"
+#include "train/validation_scorer.h"
 
 namespace thpc {
 
@@ -25,7 +25,7 @@ struct ValidationStats {
   double loss = 0.0;  // label-smoothed cross-entropy per target token
   double nll = 0.0;   // per target token; perplexity = exp(nll)
   int64_t tgt_tokens = 0;
-  // The score of the translations, with train.valid_bleu (valid_bleu.h): in the field of
+  // The score of the translations, with train.valid_bleu (validation_scorer.h): in the field of
   // train.valid_metric; the other, and both without valid_bleu, NaN.
   double bleu = NAN;
   double chrf = NAN;
@@ -60,12 +60,12 @@ ValidationStats validation_pass(Transformer& model, ShardReader& shards,
 // The BLEU, chrF or F1 scorer of the validation translations (train.valid_bleu); a failure
 // to read what it needs from the validation shards is the data's (DataError), a search
 // the configuration makes impossible its own (ConfigurationError).
-std::unique_ptr<ValidationBleu> make_validation_bleu(const Config& config,
+std::unique_ptr<ValidationScorer> make_validation_scorer(const Config& config,
                                                      const Communicator& comm);
 
 // The score of the validation translations of the parameters of `step`, into the field of
 // its metric.
-void score_translations(const ValidationBleu& scorer, Transformer& model, int64_t step,
+void score_translations(const ValidationScorer& scorer, Transformer& model, int64_t step,
                         ValidationStats& stats);
 
 }  // namespace thpc

@@ -41,14 +41,14 @@ class SentencePieceProcessor;
 
 namespace thpc {
 
-class ValidationBleu {
+class ValidationScorer {
  public:
   // Reads the pairs of the data.valid shards that the loss pass scores too (both sides
   // within model.max_positions - 1 tokens), in file order; rank r of W keeps the sources
   // of pairs r, r + W, ... Rank 0 detokenises every target as the reference. Throws
   // naming the shards when they carry no SentencePiece model. `comm` must outlive it.
-  ValidationBleu(const Config& config, const Communicator& comm);
-  ~ValidationBleu();
+  ValidationScorer(const Config& config, const Communicator& comm);
+  ~ValidationScorer();
 
   // BLEU, chrF or bracket F1 (metric()) in percent of `model`'s translations, on every rank (rank 0
   // scores, then broadcasts). Every rank must call it: each translates its share, rank 0

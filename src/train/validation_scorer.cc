@@ -1,4 +1,4 @@
-#include "train/valid_bleu.h"
+#include "train/validation_scorer.h"
 
 #include <sentencepiece_processor.h>
 
@@ -159,7 +159,7 @@ std::string gold_tree_sequence(const TokenSequence& target,
   return sequence;
 }
 
-ValidationBleu::ValidationBleu(const Config& config, const Communicator& comm)
+ValidationScorer::ValidationScorer(const Config& config, const Communicator& comm)
     : comm_(comm),
       options_(validation_search(config)),
       metric_(config.train.valid_metric) {
@@ -278,7 +278,7 @@ ValidationBleu::ValidationBleu(const Config& config, const Communicator& comm)
   }
 }
 
-ValidationBleu::~ValidationBleu() = default;
+ValidationScorer::~ValidationScorer() = default;
 
 namespace {
 
@@ -315,7 +315,7 @@ std::vector<TokenSequence> unpacked_ids(const std::string& bytes, size_t rank) {
 
 }  // namespace
 
-double ValidationBleu::tree_f1(const std::vector<std::string>& sequences) const {
+double ValidationScorer::tree_f1(const std::vector<std::string>& sequences) const {
   std::vector<std::string> trees;
   for (size_t k = 0; k < sequences.size(); ++k) {
     trees.push_back(words_[k].empty() ? std::string()
@@ -332,7 +332,7 @@ double ValidationBleu::tree_f1(const std::vector<std::string>& sequences) const 
   return f1;
 }
 
-double ValidationBleu::score(Transformer& model, int64_t step) const {
+double ValidationScorer::score(Transformer& model, int64_t step) const {
   std::vector<std::vector<Hypothesis>> results(sources_.size());
   for (const DecodeBatch& batch :
        make_decode_batches(sources_, options_, kBatchTokens, /*workers=*/1)) {
