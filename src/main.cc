@@ -222,10 +222,15 @@ void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::os
       // file (a resolved config saved and given back was refused at its first note).
       std::ostringstream notes;
       source->print_notes(notes, "data.train");
+      // The validation shards too, when training would read them (exit 3 as there), and
+      // their notes as training prints them (the pairs a position table cannot hold, left
+      // out of the validation: said by training alone, a helper's walk).
+      if (config.train.valid_every > 0) {
+        valid = thpc::make_validation_source(config);
+        valid->print_notes(notes, "data.valid");
+      }
       std::istringstream note_lines(notes.str());
       for (std::string line; std::getline(note_lines, line);) out << "# " << line << "\n";
-      // The validation shards too, when training would read them (exit 3 as there).
-      if (config.train.valid_every > 0) valid = thpc::make_validation_source(config);
     }
   });
   // Each rank read the data itself, and the same path can name different files for them

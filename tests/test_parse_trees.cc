@@ -92,6 +92,29 @@ TEST(Trees, NormalizationRemovesEmptyElementsAndFunctionTags) {
   EXPECT_FALSE(normalize_tree(parse_one("( (S (-NONE- *)) )"), &nothing));
 }
 
+// An outer ROOT (the Stanford tools' trees) or TOP (our .gold files) over one child is the
+// unlabelled outer bracket by another name: kept, it was a bracket every parse matched.
+TEST(Trees, AnOuterRootOrTopOverOneChildIsTheUnlabelledBracket) {
+  const std::string inner = "(S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .))";
+  const std::string expected = linearize(parse_one("( " + inner + " )"), TreeLeaves::kWords);
+  EXPECT_EQ(expected, "(S (NP The cat ) (VP sat ) . )");
+  for (const std::string root : {"ROOT", "TOP"}) {
+    EXPECT_EQ(linearize(parse_one("(" + root + " " + inner + ")"), TreeLeaves::kWords), expected)
+        << root;
+  }
+  // A one-word tree under ROOT is its pre-terminal, as under the unlabelled bracket.
+  EXPECT_EQ(to_evalb_line(parse_one("(ROOT (UH Yes))")), "(TOP (UH Yes))");
+  // Another label, or a ROOT over two constituents, is a constituent of the tree.
+  EXPECT_EQ(linearize(parse_one("(SENT " + inner + ")"), TreeLeaves::kWords),
+            "(SENT " + expected + " )");
+  EXPECT_EQ(linearize(parse_one("(ROOT " + inner + " " + inner + ")"), TreeLeaves::kWords),
+            "(ROOT " + expected + " " + expected + " )");
+  // A .gold line read back linearizes as the tree it was written from.
+  EXPECT_EQ(linearize(parse_one(to_evalb_line(parse_one("( " + inner + " )"))),
+                      TreeLeaves::kWords),
+            expected);
+}
+
 TEST(Trees, DelinearizeRepairsByTheDocumentedRule) {
   const std::vector<std::string> words = {"He", "said", "it", "."};
   const std::vector<std::string> tags = {"PRP", "VBD", "PRP", "."};
@@ -583,6 +606,13 @@ TEST(Trees, PunctuationTagsAreTheTreebanksWhereCollinsPrmDeletes) {
   EXPECT_EQ(punctuation_tags(split("stupid , ' '' but ? ... : -")),
             split("XX , '' '' XX . : : :"));
   EXPECT_EQ(punctuation_tags({}), std::vector<std::string>{});
+  // Other scripts' quotes, stops and dashes, as a treebank converted to PTB tags has them;
+  // ’ as ': a possessive unless it closes a quote.
+  EXPECT_EQ(punctuation_tags(split("\u201e Ja \u201c , \u00ab oui \u00bb \u2014 "
+                                   "\u3002 \u3001 \u2013 \u2039 x \u203a")),
+            split("`` XX `` , `` XX '' : . , : `` XX ''"));
+  EXPECT_EQ(punctuation_tags(split("\u2018 Cosby \u2019 and the investors \u2019 plan")),
+            split("`` XX '' XX XX XX XX XX"));
 
   THPC_REQUIRE_DATA("ptb_sample/combined/wsj_0001.mrg");
   const fs::path dir = fresh_directory("thpc_trees_punctuation");

@@ -7,7 +7,9 @@
 //     indices: `PRT|ADVP` → `PRT`, `NP-SBJ-1` → `NP`, `S=2` → `S` (a label that starts
 //     with '-' or '|' is kept whole: cut, nothing would be left); part-of-speech tags
 //     (`-LRB-`, `PRP$`, `-NONE-`) are never changed;
-//   - the outer unlabeled bracket `( (S ...) )` is dropped: the tree is its one child.
+//   - the outer unlabeled bracket `( (S ...) )` is dropped: the tree is its one child; so
+//     is an outer `(ROOT ...)` or `(TOP ...)` holding one child (the Stanford tools' root,
+//     the .gold files' own), which every parse would otherwise match.
 //
 // Linearization: a constituent is `(LABEL`, its children, then `)` (closing brackets
 // carry no label); every word, with its tag, is a leaf token, either
@@ -117,7 +119,9 @@ Delinearized delinearize(const std::string& sequence, const std::vector<std::str
 // tags COLLINS.prm deletes, the others tagged XX: `,` → `,`; `.` `?` `!` → `.`; `:` `;`
 // `--` `-` `...` → `:`; `` ` `` and ` `` ` → ` `` `; `''` → `''`; and `'` → `''` where it
 // closes a quote (after an unclosed `` ` ``, after one of those punctuation words, or
-// before `''`), else XX (a possessive: `investors '`, POS). For scoring trees of words
+// before `''`), else XX (a possessive: `investors '`, POS). Other scripts' quotes („ “ ”
+// « » ‹ › ‘, and ’ as '), stops (。 as `.`, 、 as `,`) and dashes (— – as `:`) as a
+// treebank converted to PTB tags has them. For scoring trees of words
 // without their tags (training's validation F1): EVALB drops what it deletes by tag. On
 // the WSJ sample it gives the treebank's tag to all but 1 of the 10,729 words tagged one
 // of those five (a `Wa` tagged `,`), and tags no other word so.

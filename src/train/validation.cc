@@ -277,6 +277,9 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
   log << "evaluated " << path << " (step " << step << ") on " << config.data.dir
       << "/" << config.data.valid << ".*.h5; params_sha256=" << model->params().sha256_hex()
       << std::endl;
+  // What training says of the shards, the pairs left out included (a dev tree longer than
+  // the position table changed the F1 without a word: a helper's walk).
+  shards->print_notes(log, "data.valid");
   // An average's step is its newest input's: its line is no line its run logged (a
   // helper's sweep read the two as one).
   if (!averaged_from.empty()) {
