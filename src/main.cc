@@ -273,8 +273,11 @@ void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::os
         // The validation translation's scorer, as training builds it next: what it refuses
         // (a parser's F1 on a translation corpus, trees of the other kind, a length limit
         // below a validation tree: exit 2) a dry run passed (a helper's walk).
+        // Its notes too, which training prints at its start (the trees longer than the
+        // search's limit, a review's finding).
         if (!config.data.dir.empty() && config.train.valid_bleu) {
-          thpc::make_validation_scorer(config, comm);
+          std::istringstream scorer_notes(thpc::make_validation_scorer(config, comm)->notes());
+          for (std::string line; std::getline(scorer_notes, line);) out << "# " << line << "\n";
         }
         const std::string same = thpc::same_pairs_warning(config, *source, *valid);
         if (!same.empty()) out << "# " << same << "\n";

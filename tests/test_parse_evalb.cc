@@ -335,6 +335,16 @@ TEST(Evalb, ScoresHandMadeTrees) {
   EXPECT_LT(unlabelled.all.f_measure(), 100.0);
   EXPECT_EQ(unlabelled.unlabelled_root_against_labelled, 1);
   EXPECT_EQ(unlabelled.first_unlabelled_root_line, 1);
+  // The Stanford tools' "(ROOT (S ..." against "(TOP (S ..." alike (transformer_trees now
+  // drops such a root: a gold file of one's own keeps it).
+  const std::string stanford = "(ROOT" + std::string(kGold).substr(4);
+  for (const auto& [gold, test] : {std::pair{stanford, std::string(kGold)},
+                                   std::pair{std::string(kGold), stanford}}) {
+    const auto rooted = score(parameters, gold, test);
+    EXPECT_LT(rooted.all.f_measure(), 100.0);
+    EXPECT_EQ(rooted.unlabelled_root_against_labelled, 1);
+  }
+  EXPECT_EQ(score(parameters, stanford, stanford).unlabelled_root_against_labelled, 0);
 }
 
 // What the EVALB vectors do not hold (a mutation audit found both changeable unseen): a

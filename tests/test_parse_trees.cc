@@ -613,6 +613,8 @@ TEST(Trees, PunctuationTagsAreTheTreebanksWhereCollinsPrmDeletes) {
             split("`` XX `` , `` XX '' : . , : `` XX ''"));
   EXPECT_EQ(punctuation_tags(split("\u2018 Cosby \u2019 and the investors \u2019 plan")),
             split("`` XX '' XX XX XX XX XX"));
+  EXPECT_EQ(punctuation_tags(split("\u201c no \u2019 \u201d \u201a ja \" x")),
+            split("`` XX '' '' `` XX '' XX"));
 
   THPC_REQUIRE_DATA("ptb_sample/combined/wsj_0001.mrg");
   const fs::path dir = fresh_directory("thpc_trees_punctuation");

@@ -141,7 +141,8 @@ TEST_F(ValidF1Run, ARunLogsItKeepsTheBestByItAndEvalScoresTheSame) {
   ASSERT_EQ(limited.exit_code, 0) << limited.output;
   EXPECT_NE(limited.output.find("note: 273 of the 273 validation trees are longer than the "
                                 "validation search's length limit (decode.max_len_a 1 x "
-                                "source tokens + decode.max_len_b 3)"),
+                                "source tokens + decode.max_len_b 3, at most "
+                                "model.max_positions - 1 = 511 with the end)"),
             std::string::npos)
       << limited.output;
   EXPECT_EQ(evaluated.output.find("validation trees are longer"), std::string::npos)
@@ -233,6 +234,12 @@ TEST_F(ValidF1Run, WhatWouldMakeItMeaninglessIsRefusedBeforeTraining) {
       << run.output;
   run = train("dry", kValidF1 + " --dry-run");
   EXPECT_EQ(run.exit_code, 0) << run.output;
+  // ... and says what training would note at its start.
+  run = train("dry", kValidF1 + " --decode.max_len_a=1 --decode.max_len_b=3 --dry-run");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("# note: 273 of the 273 validation trees are longer than"),
+            std::string::npos)
+      << run.output;
 }
 
 // A sentence holding a bracket as a word (a treebank without -LRB-/-RRB-): its tree could

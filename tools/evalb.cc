@@ -187,8 +187,9 @@ int run(const CommandLine& command) {
   if (result.unlabelled_root_against_labelled > 0) {
     std::cerr << "transformer_evalb: note: in " << result.unlabelled_root_against_labelled
               << " of the sentences (the first at line " << result.first_unlabelled_root_line
-              << ") one file's outermost bracket has no label and the other's has one (TOP): "
-              << "EVALB scores the unlabelled bracket as a constituent and deletes TOP, so "
+              << ") one file's outermost bracket has no label, or is ROOT, and the other's "
+              << "is TOP: EVALB scores the unlabelled or ROOT bracket as a constituent and "
+              << "deletes TOP, so "
               << "these score lower than trees written alike; `transformer_trees linearize` "
               << "writes gold trees as (TOP ...), as delinearize writes test trees" << std::endl;
   }

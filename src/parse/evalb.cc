@@ -439,7 +439,15 @@ EvalbResult Evaluator::run(std::istream& gold_lines, std::istream& test_lines) {
       reading_ = "";
       const std::optional<std::string> gold_root = outer_label(gold_text);
       const std::optional<std::string> test_root = outer_label(test_text);
-      if (gold_root && test_root && gold_root->empty() != test_root->empty() &&
+      // (an unlabelled root, or the Stanford tools' ROOT, is a bracket EVALB counts; TOP,
+      // as transformer_trees writes roots, one COLLINS.prm deletes)
+      const auto counted = [](const std::string& label) {
+        return label.empty() || label == "ROOT";
+      };
+      if (gold_root && test_root &&
+          (gold_root->empty() != test_root->empty() ||
+           (counted(*gold_root) && *test_root == "TOP") ||
+           (*gold_root == "TOP" && counted(*test_root))) &&
           result_.unlabelled_root_against_labelled++ == 0) {
         result_.first_unlabelled_root_line = line_;
       }

@@ -89,9 +89,10 @@ struct EvalbResult {
   int gold_lines = 0;
   int test_lines = 0;
   // Sentences whose outermost bracket has no label in one file and one in the other (a
-  // raw treebank's "( (S ..." against "(TOP (S ..."): EVALB scores the unlabelled one as a
-  // bracket and deletes TOP (DELETE_LABEL), so such files score lower than files written
-  // alike, and the first such line of the gold file.
+  // raw treebank's "( (S ..." against "(TOP (S ..."), or is ROOT (the Stanford tools')
+  // in one and TOP in the other: EVALB scores the unlabelled or ROOT one as a bracket and
+  // deletes TOP (DELETE_LABEL), so such files score lower than files written alike, and
+  // the first such line of the gold file.
   int unlabelled_root_against_labelled = 0;
   int first_unlabelled_root_line = 0;
 };

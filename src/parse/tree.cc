@@ -180,8 +180,9 @@ std::vector<TreeNode> read_ptb_trees(std::istream& in, const std::string& source
     }
     TreeNode outer = read_constituent(tokens, token.line, true);
     // A root labelled ROOT (the Stanford tools' trees) or TOP (the .gold files' own) over
-    // one child is the PTB's unlabelled outer bracket by another name: kept, it was a
-    // bracket every parse matched (a treebank of them scored 63.33 where 58.17 was right).
+    // one child is the PTB's unlabelled outer bracket by another name: a ROOT kept was a
+    // bracket every parse matched (a treebank of them scored 63.33 where 58.17 was right),
+    // a TOP one the model learned to no use (COLLINS.prm deletes TOP).
     const bool named_outer = (outer.label == "ROOT" || outer.label == "TOP") &&
                              outer.children.size() == 1;
     if (!outer.label.empty() && !named_outer) {
@@ -251,7 +252,8 @@ std::vector<std::string> punctuation_tags(const std::vector<std::string>& words)
       {"--", ":"}, {"-", ":"},   {"...", ":"},  {"``", "``"},   {"`", "``"},  {"''", "''"},
       {"\u201e", "``"}, {"\u201c", "``"}, {"\u201d", "''"}, {"\u00ab", "``"},
       {"\u00bb", "''"}, {"\u2039", "``"}, {"\u203a", "''"}, {"\u2018", "``"},
-      {"\u3002", "."},  {"\u3001", ","},  {"\u2014", ":"},  {"\u2013", ":"}};
+      {"\u3002", "."},  {"\u3001", ","},  {"\u2014", ":"},  {"\u2013", ":"},
+      {"\u201a", "``"}, {"\"", "''"}};
   std::vector<std::string> tags(words.size(), kWordPlaceholder);
   for (size_t i = 0; i < words.size(); ++i) {
     for (const auto& [punctuation, tag] : kTags) {
@@ -263,7 +265,8 @@ std::vector<std::string> punctuation_tags(const std::vector<std::string>& words)
     if (words[i] == "`" || words[i] == "\u2018") single_quote_open = true;
     if (words[i] != "'" && words[i] != "\u2019") continue;  // ' or ’
     const bool after_punctuation = i > 0 && tags[i - 1] != kWordPlaceholder;
-    const bool before_double_quote = i + 1 < words.size() && words[i + 1] == "''";
+    const bool before_double_quote =
+        i + 1 < words.size() && (words[i + 1] == "''" || words[i + 1] == "\u201d");
     if (single_quote_open || after_punctuation || before_double_quote) {
       tags[i] = "''";
       single_quote_open = false;

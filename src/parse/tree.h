@@ -9,7 +9,8 @@
 //     (`-LRB-`, `PRP$`, `-NONE-`) are never changed;
 //   - the outer unlabeled bracket `( (S ...) )` is dropped: the tree is its one child; so
 //     is an outer `(ROOT ...)` or `(TOP ...)` holding one child (the Stanford tools' root,
-//     the .gold files' own), which every parse would otherwise match.
+//     which every parse would otherwise match; the .gold files' own, a bracket the model
+//     would learn to no use: COLLINS.prm deletes TOP).
 //
 // Linearization: a constituent is `(LABEL`, its children, then `)` (closing brackets
 // carry no label); every word, with its tag, is a leaf token, either
@@ -119,8 +120,8 @@ Delinearized delinearize(const std::string& sequence, const std::vector<std::str
 // tags COLLINS.prm deletes, the others tagged XX: `,` → `,`; `.` `?` `!` → `.`; `:` `;`
 // `--` `-` `...` → `:`; `` ` `` and ` `` ` → ` `` `; `''` → `''`; and `'` → `''` where it
 // closes a quote (after an unclosed `` ` ``, after one of those punctuation words, or
-// before `''`), else XX (a possessive: `investors '`, POS). Other scripts' quotes („ “ ”
-// « » ‹ › ‘, and ’ as '), stops (。 as `.`, 、 as `,`) and dashes (— – as `:`) as a
+// before `''` or ”), else XX (a possessive: `investors '`, POS). Other scripts' quotes
+// („ “ ” « » ‹ › ‘ ‚ ", and ’ as '), stops (。 as `.`, 、 as `,`) and dashes (— – as `:`) as a
 // treebank converted to PTB tags has them. For scoring trees of words
 // without their tags (training's validation F1): EVALB drops what it deletes by tag. On
 // the WSJ sample it gives the treebank's tag to all but 1 of the 10,729 words tagged one

@@ -256,8 +256,9 @@ ValidationScorer::ValidationScorer(const Config& config, const Communicator& com
       notes << "note: " << beyond_the_limit << " of the " << gold.size() << " validation "
             << "trees are longer than the validation search's length limit (decode.max_len_a "
             << options_.max_len_a << " x source tokens + decode.max_len_b " << options_.max_len_b
-            << "): the F1 scores shorter trees for them (raise the limit to score the "
-            << "parser's own)\n";
+            << ", at most model.max_positions - 1 = " << options_.max_len_cap << " with the "
+            << "end): the F1 scores shorter trees for them (raise decode.max_len_a/b, or "
+            << "model.max_positions where that caps them, to score the parser's own)\n";
     }
     if (repaired > 0) {
       notes << "note: " << repaired << " of the " << gold.size() << " validation targets "
