@@ -529,6 +529,8 @@ void show_checkpoint(const std::string& path, std::ostream& out) {
     out << ", kept for its valid " << checkpoint.validation->metric << " " << score.str();
   }
   if (!checkpoint.quantized.empty()) out << ", quantized";
+  // (a resume validates the step first; said only by the file's dataset before)
+  if (checkpoint.validation_pending) out << ", its validation pending (cut short by a stop)";
   out << "\n# architecture " << checkpoint.architecture << "\n";
   if (!checkpoint.spm_model.empty()) {
     out << "# SentencePiece model stored (" << checkpoint.spm_model.size() << " bytes, sha256 "

@@ -96,6 +96,27 @@ TEST_F(Signals, ASignalDuringValidationTranslationStopsAtThatStepWithoutRecordin
                        " --checkpoint.dir=" + (directory_ / "run" / "checkpoints").string() +
                        " --checkpoint.resume=auto");
   };
+  // --show-checkpoint says so (only the file's dataset did, a helper's walk).
+  const ProcessResult shown = run_process(
+      kTrainer + " --show-checkpoint " +
+      (directory_ / "run" / "checkpoints" / "step_00000002.h5").string());
+  EXPECT_NE(shown.output.find(", its validation pending (cut short by a stop)"),
+            std::string::npos)
+      << shown.output;
+  // A resume whose train.valid_every validates no such step says that it is not done (it
+  // was dropped without a word), in a copy of the run.
+  fs::copy(directory_ / "run", directory_ / "other_every", fs::copy_options::recursive);
+  const ProcessResult other_every = run_process(
+      kTrainer + " " + kTinyIni + " --model.layers=1 --train.max_steps=4 --train.valid_every=3 "
+      "--train.valid_bleu=false --data.dir=" + (directory_ / "data").string() +
+      " --checkpoint.dir=" + (directory_ / "other_every" / "checkpoints").string() +
+      " --checkpoint.resume=auto");
+  EXPECT_EQ(other_every.exit_code, 0) << other_every.output;
+  EXPECT_NE(other_every.output.find("note: step 2's validation, cut short by the stop that "
+                                    "saved the checkpoint, is not done: train.valid_every = 3 "
+                                    "(on the command line) validates no step 2"),
+            std::string::npos)
+      << other_every.output;
   // No step left to train: the validation all the same, and the step's checkpoint written
   // again with it (it no longer says pending, and holds the validation's values).
   const ProcessResult validated = resume_to(2);

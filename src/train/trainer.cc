@@ -644,6 +644,12 @@ RunEnd Trainer::run(std::ostream& log) {
       run.last_saved_step = -1;
       if (decision.stop_signal != 0) return stop_by_signal(decision.stop_signal, run);
       if (run.stopped_by_patience) return finish_training(run);
+    } else if (comm_.is_root()) {
+      // (said: it was dropped without a word, a helper's walk)
+      run.out << "note: step " << completed_steps_ << "'s validation, cut short by the stop "
+              << "that saved the checkpoint, is not done: train.valid_every = "
+              << config_.train.valid_every << config_.on_command_line("train.valid_every")
+              << " validates no step " << completed_steps_ << std::endl;
     }
   }
   while (completed_steps_ < schedule_.max_steps()) {
