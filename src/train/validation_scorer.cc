@@ -56,13 +56,11 @@ std::string evalb_word(const std::string& word) {
   return out.empty() ? "_" : out;
 }
 
-// Whether every word of a linearized tree (tree_words') that is not a bracket is the
-// placeholder: the trees' leaves are XX (else the words). `pieces`: the vocabulary's, by
-// id; a word that begins with the unknown piece (`unk`) may be either (gold_tree_sequence).
-bool placeholder_leaves(const TokenSequence& tree, const std::vector<std::string>& pieces,
-                        int unk) {
-  const std::string& unknown = pieces.at(static_cast<size_t>(unk));
-  for (const std::string& word : tree_words(tree, pieces)) {
+// Whether every word of a linearized tree (`words`: tree_words') that is not a bracket is
+// the placeholder: the trees' leaves are XX (else the words). A word that begins with the
+// unknown piece (its text `unknown`) may be either (gold_tree_sequence).
+bool placeholder_leaves(const std::vector<std::string>& words, const std::string& unknown) {
+  for (const std::string& word : words) {
     if (is_bracket_word(word) || word.rfind(unknown, 0) == 0) continue;
     if (word != parse::kWordPlaceholder) return false;
   }
@@ -81,8 +79,9 @@ void check_tree_pair(const Config& config, const BeamOptions& options,
   const std::string where = file + ": validation pair " + std::to_string(pair + 1);
   // A sentence whose words the trees cannot hold: a bracket among them (the search could
   // not tell it from the tree's own), as the Penn Treebank writes -LRB- and -RRB-.
+  const std::vector<std::string> sentence_words = tree_words(source, pieces);
   if (!placeholders) {
-    for (const std::string& word : tree_words(source, pieces)) {
+    for (const std::string& word : sentence_words) {
       if (is_bracket_word(word)) {
         throw DataError(where + ": its sentence holds the word '" + word + "', which a " +
                         "linearized tree reads as a bracket: write brackets in the words " +
@@ -90,8 +89,9 @@ void check_tree_pair(const Config& config, const BeamOptions& options,
       }
     }
   }
-  const bool target_placeholders = placeholder_leaves(target, pieces, unk);
-  const bool source_placeholders = placeholder_leaves(source, pieces, unk);
+  const std::string& unknown = pieces.at(static_cast<size_t>(unk));
+  const bool target_placeholders = placeholder_leaves(tree_words(target, pieces), unknown);
+  const bool source_placeholders = placeholder_leaves(sentence_words, unknown);
   if (placeholders != target_placeholders && !source_placeholders) {
     throw ConfigurationError(
         where + ": its tree's leaves are " + (target_placeholders ? "XX" : "the words") +
