@@ -20,15 +20,16 @@ bool begins_word(const std::string& piece) {
 
 std::vector<std::string> tree_words(const TokenSequence& tokens,
                                     const std::vector<std::string>& pieces) {
-  std::vector<std::string> words;
+  TokenSequence known;
   for (const int32_t id : tokens) {
-    if (id < 0 || static_cast<size_t>(id) >= pieces.size()) continue;
-    const std::string& piece = pieces[id];
-    if (words.empty() || begins_word(piece)) {
-      words.push_back(begins_word(piece) ? piece.substr(kWordMarker.size()) : piece);
-    } else {
-      words.back() += piece;
-    }
+    if (id >= 0 && static_cast<size_t>(id) < pieces.size()) known.push_back(id);
+  }
+  // Cut as source_words cuts (one rule for both); a word's text without the leading "▁".
+  std::vector<std::string> words;
+  for (const TokenSequence& word : source_words(known, pieces)) {
+    std::string text;
+    for (const int32_t id : word) text += pieces[id];
+    words.push_back(begins_word(text) ? text.substr(kWordMarker.size()) : text);
   }
   return words;
 }
