@@ -127,4 +127,33 @@ class TransformerScorer final : public NextTokenScorer {
   std::vector<int> encoded_source_of_;  // the sources of the rows last encoded
 };
 
+// The oracle's log p(next | source, prefix), the whole vocabulary's row.
+inline std::vector<float> oracle_next_log_probs(Transformer& model, const SpecialIds& ids,
+                                                const TokenSequence& source,
+                                                const TokenSequence& prefix) {
+  TransformerScorer scorer(model, ids);
+  scorer.start({source});
+  BeamStep step;
+  step.position = static_cast<int>(prefix.size());
+  step.source_of = {0};
+  step.prefix = {&prefix};
+  std::vector<float> row;
+  scorer.step(step, row);
+  return row;
+}
+
+// The oracle's log P(tokens [, eos] | source): one prefix at a time, nothing cached or
+// batched.
+inline double oracle_sequence_log_prob(Transformer& model, const SpecialIds& ids,
+                                       const TokenSequence& source, const TokenSequence& tokens,
+                                       bool with_eos) {
+  double total = 0;
+  for (size_t t = 0; t < tokens.size() + (with_eos ? 1 : 0); ++t) {
+    const TokenSequence prefix(tokens.begin(), tokens.begin() + static_cast<ptrdiff_t>(t));
+    total += oracle_next_log_probs(model, ids, source, prefix)[t < tokens.size() ? tokens[t]
+                                                                                 : ids.eos];
+  }
+  return total;
+}
+
 }  // namespace thpc

@@ -200,26 +200,6 @@ TEST(Ensemble, ScoresEachStepWithTheWeightedMeanOfTheModelsLogProbabilities) {
   }
 }
 
-// log P(tokens [, eos] | source) under `model` alone, one prefix at a time (the reference
-// scorer: no cache, nothing shared with the ensemble's incremental steps).
-double sequence_log_prob(Transformer& model, const TokenSequence& source,
-                         const TokenSequence& tokens, bool with_eos) {
-  TransformerScorer scorer(model, kIds);
-  scorer.start({source});
-  double total = 0;
-  std::vector<float> row;
-  for (size_t t = 0; t < tokens.size() + (with_eos ? 1 : 0); ++t) {
-    const TokenSequence prefix(tokens.begin(), tokens.begin() + t);
-    BeamStep step;
-    step.position = static_cast<int>(t);
-    step.source_of = {0};
-    step.prefix = {&prefix};
-    scorer.step(step, row);
-    total += row[t < tokens.size() ? tokens[t] : kIds.eos];
-  }
-  return total;
-}
-
 // A whole search with two different models: every hypothesis it returns scores the mean
 // of what each model alone gives the same output (its eos included), to fp32 rounding
 // summed over up to 9 steps (1e-4).
@@ -239,8 +219,9 @@ TEST(Ensemble, SearchScoresAreTheMeanOfEachModelsSequenceLogProbability) {
         // A hypothesis cut at the length limit has no eos to score.
         const int max_len = options.max_len_a * static_cast<int>(sources[s].size()) + options.max_len_b;
         const bool with_eos = static_cast<int>(h.tokens.size()) < max_len;
-        const double mean = 0.5 * sequence_log_prob(a, sources[s], h.tokens, with_eos) +
-                            0.5 * sequence_log_prob(b, sources[s], h.tokens, with_eos);
+        const double mean =
+            0.5 * oracle_sequence_log_prob(a, kIds, sources[s], h.tokens, with_eos) +
+            0.5 * oracle_sequence_log_prob(b, kIds, sources[s], h.tokens, with_eos);
         EXPECT_NEAR(h.log_prob, mean, 1e-4) << "beam " << beam << " sentence " << s;
       }
     }

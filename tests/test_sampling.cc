@@ -149,15 +149,7 @@ class FirstStepOncePerSentence final : public NextTokenScorer {
 
 // The model's log p(first token | kSource) and, for `prefix`, log p(next | kSource, prefix).
 std::vector<float> model_row(Transformer& model, const TokenSequence& prefix) {
-  TransformerScorer scorer(model, kIds);
-  scorer.start({kSource});
-  BeamStep step;
-  step.position = static_cast<int>(prefix.size());
-  step.source_of = {0};
-  step.prefix = {&prefix};
-  std::vector<float> row;
-  scorer.step(step, row);
-  return row;
+  return oracle_next_log_probs(model, kIds, kSource, prefix);
 }
 
 int first_token(const Hypothesis& h) { return h.tokens.empty() ? kIds.eos : h.tokens[0]; }

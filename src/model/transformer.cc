@@ -576,6 +576,40 @@ LossSums Transformer::evaluate(const Batch& batch) {
   return sums;
 }
 
+std::vector<double> Transformer::target_log_probs(const Batch& batch) {
+  State& s = *state_;
+  upload_batch(batch);
+  const DropoutContext none;
+  forward_encoder(false, none);
+  const int T = s.tgt_len;
+  const int rows = s.batch_size * T;
+  std::vector<double> log_probs(static_cast<size_t>(s.batch_size), 0.0);
+  // The rows [first, first + count) of the pass, whose logits are `logits`: each
+  // sentence's share summed by the loss op with eps = 0 (its nll is -log p of the
+  // targets; pad rows add nothing), one call per sentence the rows hold.
+  const auto add_rows = [&](int first, int count, Tensor logits) {
+    for (int b = first / T; b < s.batch_size && b * T < first + count; ++b) {
+      const int begin = std::max(first, b * T), end = std::min(first + count, (b + 1) * T);
+      const LossSums part = backend_.softmax_cross_entropy(
+          Tensor{}, logits.slice(int64_t(begin - first) * vocab_, int64_t(end - begin) * vocab_),
+          s.tgt_out + begin, end - begin, vocab_, 0.0f, ids_.pad, 0.0f);
+      log_probs[static_cast<size_t>(b)] -= part.nll;
+    }
+  };
+  const int64_t chunk = loss_chunk(rows);
+  if (chunk == rows) {
+    forward_decoder(s.batch_size, T, false, none);
+    add_rows(0, rows, s.logits);
+    return log_probs;
+  }
+  forward_decoder(s.batch_size, T, false, none, /*with_logits=*/false);
+  s.grad_arena.reset();
+  logits_in_chunks(rows, chunk, [&](int first, int count, Tensor chunk_logits, Tensor) {
+    add_rows(first, count, chunk_logits);
+  });
+  return log_probs;
+}
+
 // Backward through the decoder, from d_logits (in s.logits) to the target embedding,
 // leaving the encoder output's gradient in `d_encoder_out` for backward_encoder().
 void Transformer::backward_decoder(const DropoutContext& ctx, Tensor d_decoder_out) {

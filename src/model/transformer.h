@@ -144,6 +144,13 @@ class Transformer {
 
   // Forward without dropout; the loss of a batch (validation), no gradients.
   LossSums evaluate(const Batch& batch);
+  // The same forward pass (teacher-forced, no dropout, logits in train.loss_chunk_rows
+  // chunks), and each sentence's log-likelihood of its target instead of the batch's loss:
+  //   log P(y | x) = sum_t log p(y_t | y_<t, x)  over y_1 .. y_n, eos (tgt_out's non-pad
+  // entries), with the plain softmax (no label smoothing): host [batch.size]. The score
+  // beam search gives a hypothesis it found (Hypothesis::log_prob), up to the rounding of
+  // a whole pass against its one position a step (transformer_decode --score-reference).
+  std::vector<double> target_log_probs(const Batch& batch);
 
   // Decoding support (no dropout). encode() runs the encoder over a source batch (the
   // targets of `batch` are ignored) and keeps its output only (no attention_weights():

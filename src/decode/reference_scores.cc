@@ -1,0 +1,90 @@
+#include "decode/reference_scores.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "common/error.h"
+#include "decode/ensemble.h"
+
+namespace thpc {
+namespace {
+
+// A pair's padded length: the longer of its sides, each with its eos.
+size_t pair_length(const TokenSequence& source, const TokenSequence& reference) {
+  return std::max(source.size(), reference.size()) + 1;
+}
+
+}  // namespace
+
+std::vector<DecodeBatch> make_scoring_batches(const std::vector<TokenSequence>& sources,
+                                              const std::vector<TokenSequence>& references,
+                                              const std::vector<char>& scored, int batch_tokens,
+                                              int workers, int batch_sentences,
+                                              int cut_at_length_after) {
+  THPC_CHECK(sources.size() == references.size() && scored.size() == sources.size(),
+             sources.size() << " sources, " << references.size() << " references, "
+                            << scored.size() << " flags");
+  std::vector<size_t> order;
+  int64_t total_tokens = 0;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    if (!scored[i]) continue;
+    order.push_back(i);
+    total_tokens += static_cast<int64_t>(pair_length(sources[i], references[i]));
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return pair_length(sources[a], references[a]) > pair_length(sources[b], references[b]);
+  });
+  int64_t budget = batch_tokens;
+  if (workers > 1) {
+    budget = std::min<int64_t>(budget, (total_tokens + 2 * workers - 1) / (2 * workers));
+  }
+  std::vector<DecodeBatch> batches;
+  size_t next = 0;
+  while (next < order.size()) {
+    DecodeBatch batch;
+    // The pairs come longest first: the first one's length is the batch's.
+    const size_t longest = pair_length(sources[order[next]], references[order[next]]);
+    while (next < order.size()) {
+      const size_t length = pair_length(sources[order[next]], references[order[next]]);
+      const int64_t padded = static_cast<int64_t>(longest * batch.members.size());
+      if (!batch.members.empty() &&
+          (padded + static_cast<int64_t>(longest) > budget ||
+           (batch_sentences > 0 && static_cast<int>(batch.members.size()) >= batch_sentences) ||
+           (cut_at_length_after > 0 && length < longest && padded >= cut_at_length_after))) {
+        break;
+      }
+      batch.members.push_back(order[next++]);
+    }
+    batches.push_back(std::move(batch));
+  }
+  return batches;
+}
+
+void score_batch(const std::vector<Transformer*>& models, const std::vector<float>& weights,
+                 const SpecialIds& ids, const std::vector<TokenSequence>& sources,
+                 const std::vector<TokenSequence>& references, const DecodeBatch& batch,
+                 std::vector<double>& scores) {
+  THPC_CHECK(!models.empty(), "scoring with no model");
+  std::vector<TokenSequence> batch_sources, batch_references;
+  for (const size_t i : batch.members) {
+    batch_sources.push_back(sources[i]);
+    batch_references.push_back(references[i]);
+  }
+  const Batch pairs = make_batch(batch_sources, batch_references, ids);
+  // One model's scores as they are (an ensemble of one would multiply them by 1.0f).
+  if (models.size() == 1) {
+    const std::vector<double> one = models[0]->target_log_probs(pairs);
+    for (size_t k = 0; k < batch.members.size(); ++k) scores[batch.members[k]] = one[k];
+    return;
+  }
+  const std::vector<float> w =
+      ensemble_weights(models.size(), std::vector<double>(weights.begin(), weights.end()));
+  std::vector<double> combined(batch.members.size(), 0.0);
+  for (size_t m = 0; m < models.size(); ++m) {
+    const std::vector<double> one = models[m]->target_log_probs(pairs);
+    for (size_t k = 0; k < one.size(); ++k) combined[k] += double(w[m]) * one[k];
+  }
+  for (size_t k = 0; k < batch.members.size(); ++k) scores[batch.members[k]] = combined[k];
+}
+
+}  // namespace thpc
