@@ -749,10 +749,11 @@ run_other_twins() {
   cat "$LOGS"/ctest_*twins_all_output.log | grep -E "^twin " > "$LOGS/twin_errors.txt"
   echo "twin lines: $(wc -l < "$LOGS/twin_errors.txt")"
   # The whole model: fp32 training on the GPU against the CPU, separate and fused kernels,
-  # and transformer_decode's GPU workers, each on its own stream, translating as one
+  # transformer_decode's GPU workers, each on its own stream, translating as one, and
+  # --score-reference's GPU scores against the CPU's
   # (skipped in the rehearsal: they need the GPU itself).
   ctest --test-dir "$BUILD_DIR" \
-    -R "^(CudaTraining[.](Fp32ThreeSteps(MatchTheCpu|WithFusedOps)|Bf16ThreeStepsWithShortAttention|Bf16RegisterHeldNorms|DecodingStepsMatchTheCpu|DecodeAttentionStepsMatchTheCpu|APinnedStagedState|EveryStepTakesTheOnePassAdam)|CudaDecodeProgram[.](GpuWorkersShareTheDeviceWithoutChangingAnyTranslation|OneWorkerCapturesItsStepsAndOffLaunchesThemOneByOne))" \
+    -R "^(CudaTraining[.](Fp32ThreeSteps(MatchTheCpu|WithFusedOps)|Bf16ThreeStepsWithShortAttention|Bf16RegisterHeldNorms|DecodingStepsMatchTheCpu|DecodeAttentionStepsMatchTheCpu|APinnedStagedState|EveryStepTakesTheOnePassAdam)|CudaDecodeProgram[.](GpuWorkersShareTheDeviceWithoutChangingAnyTranslation|OneWorkerCapturesItsStepsAndOffLaunchesThemOneByOne|ScoreReferenceGivesTheCpusScoresToBf16Rounding))" \
     --output-on-failure --timeout 150 > "$LOGS/ctest_whole_model.log" 2>&1
   grep -E "tests passed|Failed|Skipped|\*\*\*" "$LOGS/ctest_whole_model.log" | tail -6
   grep -h "GPU fp32\|GPU bf16" "$BUILD_DIR/Testing/Temporary/LastTest.log" | head -4

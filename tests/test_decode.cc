@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -669,6 +670,33 @@ TEST_F(CudaDecodeProgram, GpuWorkersShareTheDeviceWithoutChangingAnyTranslation)
   EXPECT_EQ(several, one);
   EXPECT_NE(err.find("profile: 3 batches on cuda"), std::string::npos) << err;
   EXPECT_NE(err.find("device idle, all 2 workers"), std::string::npos) << err;
+}
+
+// --score-reference on a GPU: the CPU's scores to bf16's rounding (a random model's
+// per-piece log-probabilities ~-5.7 in bf16 logits, 2^-8 relative each, summed over up to
+// ~12 pieces: 0.3 a line), and two workers of one sentence a batch too.
+TEST_F(CudaDecodeProgram, ScoreReferenceGivesTheCpusScoresToBf16Rounding) {
+  THPC_REQUIRE_REAL_GPU();
+  {
+    std::ofstream references(dir_ / "references_gpu.en");
+    references << "A man rides a bike.\n\nDogs are playing in the snow.\nA dog.\n";
+  }
+  const std::string scoring = "--score-reference " + (dir_ / "references_gpu.en").string();
+  std::string cpu, gpu, two, err;
+  ASSERT_EQ(decode(scoring, cpu, err), 0) << err;
+  ASSERT_EQ(decode(scoring, gpu, err, "model_cuda.h5"), 0) << err;
+  ASSERT_EQ(decode(scoring + " --gpu-workers 2 --batch-sentences 1", two, err, "model_cuda.h5"), 0)
+      << err;
+  const std::vector<std::string> cpu_lines = lines_of(cpu), gpu_lines = lines_of(gpu),
+                                 two_lines = lines_of(two);
+  ASSERT_EQ(cpu_lines.size(), 4u) << cpu;
+  ASSERT_EQ(gpu_lines.size(), 4u) << gpu;
+  ASSERT_EQ(two_lines.size(), 4u) << two;
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_NEAR(std::stod(gpu_lines[i]), std::stod(cpu_lines[i]), 0.3) << "line " << i + 1;
+    EXPECT_NEAR(std::stod(two_lines[i]), std::stod(gpu_lines[i]), 0.3) << "line " << i + 1;
+  }
+  EXPECT_EQ(gpu_lines[3], "-inf");
 }
 
 // --cuda-graphs (on by default): one GPU worker's decoding steps are captured into CUDA
@@ -1442,6 +1470,171 @@ TEST_F(DecodeProgram, EnsemblesOfCopiesTranslateAsTheModelAndVocabulariesMustAgr
   EXPECT_EQ(decode("--weights 1", out, err, "model.h5 " + copy), 2) << err;
   EXPECT_NE(err.find("--weights: 1 weights for 2 checkpoints"), std::string::npos) << err;
   fs::remove(copy);
+}
+
+// --score-reference: one score a line, log P(reference | line) (decode/reference_scores.h
+// has the library's exactness tests): negative, -inf for a pair the position table cannot
+// hold (the 1,000-word line), the summary's log-likelihood their sum; --normalize divides
+// each by its pieces + eos; batching, workers and buffers change only rounding; an
+// ensemble of copies is the model, of two models their weighted mean; int8 near float.
+TEST_F(DecodeProgram, ScoreReferenceWritesEachLinesLogProbability) {
+  {
+    std::ofstream references(dir_ / "references.en");
+    references << "A man rides a bike.\n\nDogs are playing in the snow.\nA dog.\n";
+  }
+  const std::string scoring = "--score-reference " + (dir_ / "references.en").string();
+  const auto scores_of = [&](const std::string& out) {
+    std::vector<double> scores;
+    for (const std::string& line : lines_of(out)) scores.push_back(std::stod(line));
+    return scores;
+  };
+  std::string out, err;
+  ASSERT_EQ(decode(scoring + " --threads 1", out, err), 0) << err;
+  const std::vector<double> scores = scores_of(out);
+  ASSERT_EQ(scores.size(), 4u) << out;
+  double sum = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(std::isfinite(scores[i]) && scores[i] < 0) << "line " << i + 1 << ": " << out;
+    sum += scores[i];
+  }
+  EXPECT_EQ(lines_of(out)[3], "-inf") << out;
+  EXPECT_NE(err.find("transformer_decode: scored 3 pairs ("), std::string::npos) << err;
+  EXPECT_NE(err.find("1 pair is not scored (written -inf, left out of the sums above), the "
+                     "first line 4: a side is longer than the position table holds (39 "
+                     "pieces and eos, model.max_positions = 40)"),
+            std::string::npos)
+      << err;
+  std::smatch summary;
+  ASSERT_TRUE(std::regex_search(err, summary, std::regex("log-likelihood (-[0-9.]+), (-[0-9.]+) "
+                                                         "a piece, perplexity ([0-9.]+)")))
+      << err;
+  EXPECT_NEAR(std::stod(summary[1]), sum, 1e-3) << err;
+  EXPECT_NEAR(std::stod(summary[3]), std::exp(-std::stod(summary[2])), 1e-2 * std::stod(summary[3]))
+      << err;
+
+  // Per piece: each score over its reference's pieces and eos (the empty reference: eos
+  // alone, so its score is unchanged).
+  ASSERT_EQ(decode(scoring + " --normalize", out, err), 0) << err;
+  const std::vector<double> per_piece = scores_of(out);
+  ASSERT_EQ(per_piece.size(), 4u) << out;
+  EXPECT_NEAR(per_piece[1], scores[1], 1e-6);
+  for (size_t i = 0; i < 3; ++i) {
+    const double pieces = scores[i] / per_piece[i];
+    EXPECT_GE(pieces, 1 - 1e-4) << "line " << i + 1;
+    EXPECT_NEAR(pieces, std::round(pieces), 1e-3) << "line " << i + 1;
+  }
+  EXPECT_GT(scores[2] / per_piece[2], 4) << "'Dogs are playing in the snow.' is more than 3 pieces";
+  EXPECT_EQ(lines_of(out)[3], "-inf");
+
+  // Other batches, workers and buffers: the same scores but for rounding.
+  for (const std::string other : {"--threads 2", "--batch-tokens 16 --threads 1",
+                                  "--buffer-sentences 1 --threads 2", "--batch-sentences 1"}) {
+    ASSERT_EQ(decode(scoring + " " + other, out, err), 0) << other << ": " << err;
+    const std::vector<double> again = scores_of(out);
+    ASSERT_EQ(again.size(), 4u) << other;
+    for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(again[i], scores[i], 1e-4) << other << " line " << i + 1;
+  }
+
+  // A batch of more target rows than a worker's logits take at once (1,024: made in
+  // chunks) against batches of one pair (made whole).
+  {
+    std::ofstream many(dir_ / "many.en"), many_references(dir_ / "many_references.en");
+    for (int i = 0; i < 150; ++i) {
+      many << "A man is riding a bike number " << i << ".\n";
+      many_references << "Two dogs play " << i << " times in the snow.\n";
+    }
+  }
+  const std::string many_scoring = "--score-reference " + (dir_ / "many_references.en").string();
+  std::string chunked, whole;
+  ASSERT_EQ(decode(many_scoring + " --threads 1 --batch-tokens 100000", chunked, err,
+                   "model.h5", true, "many.en"),
+            0)
+      << err;
+  ASSERT_EQ(decode(many_scoring + " --batch-sentences 1", whole, err, "model.h5", true, "many.en"),
+            0)
+      << err;
+  const std::vector<double> chunked_scores = scores_of(chunked), whole_scores = scores_of(whole);
+  ASSERT_EQ(chunked_scores.size(), 150u);
+  ASSERT_EQ(whole_scores.size(), 150u);
+  for (size_t i = 0; i < 150; ++i) EXPECT_NEAR(chunked_scores[i], whole_scores[i], 1e-4) << i;
+
+  // Ensembles: of the model and a copy, the model's scores to the digit; of two models,
+  // the weighted mean of each one's.
+  const std::string model2 = (dir_ / "model2.h5").string(), copy = (dir_ / "model_copy.h5").string();
+  fs::copy_file(dir_ / "model.h5", copy, fs::copy_options::overwrite_existing);
+  std::string alone;
+  ASSERT_EQ(decode(scoring, alone, err), 0) << err;
+  ASSERT_EQ(decode(scoring + " --checkpoint " + copy, out, err), 0) << err;
+  EXPECT_EQ(out, alone);
+  ASSERT_EQ(decode(scoring, out, err, "model2.h5"), 0) << err;
+  const std::vector<double> second = scores_of(out);
+  ASSERT_EQ(decode(scoring + " --checkpoint " + model2 + " --weights 1 3", out, err), 0) << err;
+  const std::vector<double> mixed = scores_of(out);
+  ASSERT_EQ(mixed.size(), 4u) << out;
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_GT(std::abs(second[i] - scores[i]), 1e-2) << "the models must differ, line " << i + 1;
+    EXPECT_NEAR(mixed[i], 0.25 * scores[i] + 0.75 * second[i], 1e-5) << "line " << i + 1;
+  }
+  fs::remove(copy);
+
+  // int8 products: near the float scores (a random model's log-probabilities move by
+  // ~0.1% under per-channel int8 weights and per-row int8 activations).
+  if (decode("--compute-type int8 --max-len-b 2", out, err) == 0) {
+    ASSERT_EQ(decode(scoring + " --compute-type int8", out, err), 0) << err;
+    const std::vector<double> int8 = scores_of(out);
+    ASSERT_EQ(int8.size(), 4u) << out;
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_NEAR(int8[i], scores[i], 0.01 * std::abs(scores[i]) + 0.01) << "line " << i + 1;
+    }
+  }
+}
+
+// What --score-reference cannot mean is refused with the option's name (exit 2); files
+// of other line counts, regular or read as they come, are the data's error (exit 1),
+// said with both names.
+TEST_F(DecodeProgram, ScoreReferenceRefusesOtherLineCountsAndSearchOptions) {
+  {
+    std::ofstream three(dir_ / "three.en");
+    three << "A man rides a bike.\n\nDogs are playing in the snow.\n";
+    std::ofstream five(dir_ / "five.en");
+    five << "a\nb\nc\nd\ne\n";
+  }
+  const std::string input = (dir_ / "input.en").string();
+  std::string out, err;
+  EXPECT_EQ(decode("--score-reference " + (dir_ / "three.en").string(), out, err), 1) << err;
+  EXPECT_NE(err.find(input + " has 4 lines and --score-reference " +
+                     (dir_ / "three.en").string() + " has 3: line n of the one is scored as "
+                     "the translation of line n of the other"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(out, "");
+  // Read as they come (standard input): the shorter one said where it ends, the longer one
+  // after the input's last line.
+  EXPECT_EQ(decode("--score-reference - < " + (dir_ / "three.en").string(), out, err), 1) << err;
+  EXPECT_NE(err.find(input + " has 4 lines and --score-reference <stdin> has 3"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(decode("--score-reference - < " + (dir_ / "five.en").string(), out, err), 1) << err;
+  EXPECT_NE(err.find(input + " has 4 lines and --score-reference <stdin> has at least 5"),
+            std::string::npos)
+      << err;
+  const std::string scoring = "--score-reference " + input;
+  for (const std::string searching :
+       {"--beam 2", "--lenpen 1", "--max-len-b 3", "--sampling full", "--nbest 2", "--greedy",
+        "--tree-constraints"}) {
+    EXPECT_EQ(decode(scoring + " " + searching, out, err), 2) << searching << ": " << err;
+    const std::string option = searching.substr(0, searching.find(' '));
+    EXPECT_NE(err.find(option + " does not go with --score-reference, which scores the given "
+                                "lines instead of searching for translations"),
+              std::string::npos)
+        << err;
+  }
+  EXPECT_EQ(decode("--normalize", out, err), 2) << err;
+  EXPECT_NE(err.find("--normalize goes with --score-reference"), std::string::npos) << err;
+  EXPECT_EQ(decode("--score-reference " + (dir_ / "absent.en").string(), out, err), 1) << err;
+  EXPECT_NE(err.find((dir_ / "absent.en").string()), std::string::npos) << err;
+  // The reference may not be the output either.
+  EXPECT_EQ(decode(scoring + " --output " + input, out, err), 2) << err;
 }
 
 // --sampling: a seed gives the same translations on every run and with any number of

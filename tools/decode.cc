@@ -11,6 +11,8 @@
 //                      [--sampling full|topk=K|topp=P [--temperature T] [--seed S]]
 //                      [--dump-attention FILE.h5 --dump-lines 1,5,9]
 //                      [--tree-constraints [--tree-leaves XX|words]] [--profile]
+//   transformer_decode --checkpoint FILE [FILE...] --input FILE --score-reference FILE
+//                      [--normalize] [--batch-tokens ...] [--threads N] [--compute-type T]
 //
 // The SentencePiece model is --spm-model when given, else the one stored in the
 // checkpoint by the trainer (fairseq-like). Each input line is SentencePiece-encoded,
@@ -33,6 +35,8 @@
 // --sampling draws the translations instead of searching (decode/sampling.h). Both
 // outputs are written under a temporary name and renamed, and neither may be an input,
 // the other output or a training run's file (checkpoint/output_file.h).
+// --score-reference scores given translations instead of searching: log P(line | input
+// line) a line (run_scoring, decode/reference_scores.h).
 // --profile prints, after the translations, where the decoding time went: each op class's
 // time per batch (kernels/profiling_backend.h: GEMMs, attention, layer norms, the
 // log-softmax and top-k, the cache's row copies, transfers, and the host time between
@@ -64,6 +68,7 @@
 #include <functional>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -86,6 +91,7 @@
 #include "decode/beam_search.h"
 #include "decode/compute_type.h"
 #include "decode/ensemble.h"
+#include "decode/reference_scores.h"
 #include "decode/sampling.h"
 #include "decode/translate.h"
 #include "decode/tree_filter.h"
@@ -124,6 +130,8 @@ struct Arguments {
   std::string dump_attention;   // empty: no attention dump
   std::vector<int> dump_lines;  // 1-based input lines, ascending, each once
   std::optional<thpc::SamplingOptions> sampling;  // unset: beam search
+  std::string score_reference;  // --score-reference: score its lines instead of translating
+  bool normalize = false;       // --normalize: those scores per piece
   bool profile = false;  // print the time per op class (first CPU worker, every GPU worker)
   bool help = false;
 };
@@ -259,9 +267,15 @@ class SourceReader {
   // only a terminal shows: a batch job's log is spared the extra pass over the input);
   // kUnknownTotal for standard input, anything that is not a regular file, or no terminal.
   int64_t count_file_lines() const {
+    if (!isatty(fileno(stderr))) return thpc::ProgressListener::kUnknownTotal;
+    return lines_of_file();
+  }
+
+  // The lines of the input file, counted without being kept; kUnknownTotal for standard
+  // input or anything that is not a regular file.
+  int64_t lines_of_file() const {
     std::error_code error;
-    if (path_ == "-" || !isatty(fileno(stderr)) ||
-        !std::filesystem::is_regular_file(path_, error)) {
+    if (path_ == "-" || !std::filesystem::is_regular_file(path_, error)) {
       return thpc::ProgressListener::kUnknownTotal;
     }
     std::ifstream counted = thpc::open_input_file(path_, "");
@@ -477,11 +491,20 @@ struct InputBuffer {
   // (written with SentencePiece's text), counted in unmatched_tree_lines.
   std::vector<std::vector<std::string>> tree_words;
   int64_t unmatched_tree_lines = 0;
+  // --score-reference: each line's reference as read and encoded, whether the pair is
+  // scored (both sides fit the position table), and its score log P(reference | line).
+  bool scoring = false;
+  std::vector<std::string> reference_lines;
+  std::vector<thpc::TokenSequence> references;
+  std::vector<char> scored;
+  std::vector<double> scores;
 };
 
 // Encodes lines with `spm`: a line longer than the position table holds (eos takes one of
 // `max_positions`) is truncated with a warning, the first few a line each, then their
-// count (ended by say_count, once the input is read).
+// count (ended by say_count, once the input is read). With --score-reference (`too_long`
+// given) such a line is kept whole and flagged instead: a score of a cut pair would be
+// another pair's.
 class SourceEncoder {
  public:
   // `positions_said`: the table's size, and whose it is in an ensemble
@@ -492,18 +515,31 @@ class SourceEncoder {
         longest_source_(max_positions - 1),
         positions_said_(std::move(positions_said)) {}
 
+  // The pieces of the longest line the table holds (its eos the last position).
+  int longest() const { return longest_source_; }
+
   void encode(const std::string& name, InputBuffer& buffer) {
-    buffer.sources.resize(buffer.lines.size());
-    for (size_t i = 0; i < buffer.lines.size(); ++i) {
-      const int64_t line = buffer.first_line + static_cast<int64_t>(i) + 1;
+    encode(name, buffer.first_line, buffer.lines, buffer.sources, nullptr);
+  }
+
+  // `lines`, the first of them line first_line + 1 of `name`, into `encoded`; with
+  // `too_long`, each line's flag (set: longer than the table, kept whole, said by none).
+  void encode(const std::string& name, int64_t first_line, const std::vector<std::string>& lines,
+              std::vector<thpc::TokenSequence>& encoded, std::vector<char>* too_long) {
+    encoded.resize(lines.size());
+    if (too_long != nullptr) too_long->assign(lines.size(), 0);
+    for (size_t i = 0; i < lines.size(); ++i) {
+      const int64_t line = first_line + static_cast<int64_t>(i) + 1;
       std::vector<int> pieces;
       // (ignored, a failure gave the line an empty source, and a translation of nothing)
-      const auto encoded = spm_.Encode(buffer.lines[i], &pieces);
-      if (!encoded.ok()) {
+      const auto encoded_line = spm_.Encode(lines[i], &pieces);
+      if (!encoded_line.ok()) {
         THPC_FAIL(name << ": line " << line << ": SentencePiece cannot encode it ("
-                       << encoded.ToString() << ")");
+                       << encoded_line.ToString() << ")");
       }
-      if (static_cast<int>(pieces.size()) > longest_source_) {
+      if (too_long != nullptr) {
+        (*too_long)[i] = static_cast<int>(pieces.size()) > longest_source_;
+      } else if (static_cast<int>(pieces.size()) > longest_source_) {
         if (++truncated_ <= kTruncationsSaid) {
           std::cerr << "transformer_decode: warning: line " << line << " has " << pieces.size()
                     << " tokens; truncated to " << longest_source_ << " (" << positions_said_
@@ -511,7 +547,7 @@ class SourceEncoder {
         }
         pieces.resize(longest_source_);
       }
-      buffer.sources[i].assign(pieces.begin(), pieces.end());
+      encoded[i].assign(pieces.begin(), pieces.end());
     }
   }
 
@@ -711,6 +747,7 @@ struct Workers {
   std::vector<std::unique_ptr<thpc::Backend>> backends;
   int threads_each = 0;  // the CPU: each worker's ops and BLAS run on this many threads
   int batching_workers = 1;  // make_decode_batches' `workers`, for every buffer
+  bool on_cpu = true;        // the workers' backends hold their memory on the host
 };
 
 // On the CPU, N threads are N workers, each with its own copy of the model and
@@ -737,9 +774,12 @@ struct Workers {
 // stream (CTranslate2's inter_threads on a GPU): a beam step ends in a round trip to the
 // host (the best tokens downloaded, the next step planned and uploaded), during which one
 // worker's stream is idle; another's kernels fill it.
+// `batches_for(workers, on_cpu)` cuts the first buffer into batches for that many workers
+// on the CPU or a GPU (make_decode_batches, or make_scoring_batches with
+// --score-reference).
 Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
-                     const std::vector<thpc::TokenSequence>& sources,
-                     const thpc::BeamOptions& options, bool whole_input) {
+                     const std::function<std::vector<thpc::DecodeBatch>(int, bool)>& batches_for,
+                     bool whole_input) {
   Workers plan;
   // One GPU worker's steps are captured (--cuda-graphs on). Several workers' concurrent
   // captures on one device have not run on a GPU (bench/RESULTS.md, 2026-12-04): theirs
@@ -757,6 +797,7 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
     throw thpc::tools::UsageError(error.what());
   }
   const bool on_cpu = plan.backends.front()->host_memory();
+  plan.on_cpu = on_cpu;
   int workers = args.gpu_workers;
   if (on_cpu) {
     if (args.gpu_workers > 1) {
@@ -785,11 +826,9 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
   // every worker has one thread (also the only worker of fewer batches than --threads),
   // so that --threads changes no sample.
   plan.batching_workers = args.sampling ? 1 : workers;
-  plan.batches = thpc::make_decode_batches(sources, options, args.batch_tokens,
-                                           plan.batching_workers, args.batch_sentences);
+  plan.batches = batches_for(plan.batching_workers, on_cpu);
   if (on_cpu && workers > 1 && !args.sampling) {
-    std::vector<thpc::DecodeBatch> whole = thpc::make_decode_batches(
-        sources, options, args.batch_tokens, 1, args.batch_sentences);
+    std::vector<thpc::DecodeBatch> whole = batches_for(1, on_cpu);
     // The most workers that get two whole batches each and share the threads evenly.
     int fed = static_cast<int>(std::min<size_t>(static_cast<size_t>(workers), whole.size() / 2));
     while (fed > 1 && threads % fed != 0) --fed;
@@ -836,6 +875,9 @@ struct Findings {
   std::optional<thpc::OpProfile> profile;  // --profile: the profiled workers' batches
   std::string backend_name;
 };
+
+// With --score-reference, the rows of logits a worker's model makes at a time.
+constexpr int64_t kScoringLogitRows = 1024;
 
 // The workers, kept from one buffer of the input to the next: each builds (and, for
 // int8, quantizes) its copy of the models once. Worker 0 runs on the calling thread (on a
@@ -938,6 +980,12 @@ class WorkerPool {
     thpc::Backend& ops = worker.profiler ? static_cast<thpc::Backend&>(*worker.profiler)
                                          : *worker.backend;
     worker.models = ensemble_.build_models(ids_, ops);
+    // --score-reference: a batch's logits [its target tokens, vocabulary] made
+    // kScoringLogitRows rows at a time (37,000 pieces x 4,096 tokens would be 606 MB a
+    // worker in fp32).
+    if (!args_.score_reference.empty()) {
+      for (const auto& model : worker.models) model->set_loss_chunk_rows(kScoringLogitRows);
+    }
     quantize(index, worker);
     for (const auto& model : worker.models) worker.model_pointers.push_back(model.get());
   }
@@ -1019,20 +1067,26 @@ class WorkerPool {
       thpc::Transformer& model = *worker.models.front();  // the attention dumps show the first's
       for (size_t b = next_batch_++; b < batches.size(); b = next_batch_++) {
         if (worker.profiler) worker.profiler->begin_step();
-        // Each sentence belongs to one batch: the workers write disjoint elements.
-        thpc::translate_batch(worker.model_pointers, args_.weights, ids_, buffer.sources,
-                              batches[b], buffer.options,
-                              args_.sampling ? &*args_.sampling : nullptr, buffer.hypotheses);
-        progress_.advance(static_cast<int64_t>(batches[b].members.size()));
-        // The weights of each dumped line's best translation, by a forward pass over it
-        // (the search's cache keeps none); it leaves nothing the next batch reads.
-        for (const size_t i : batches[b].members) {
-          if (buffer.dump_slot.empty() || buffer.dump_slot[i] < 0) continue;
-          thpc::AttentionDump& dump = found_.dumps[buffer.dump_slot[i]];
-          dump = thpc::capture_attention(model, buffer.sources[i],
-                                         buffer.hypotheses[i][0].tokens, ids_);
-          dump.line = static_cast<int>(buffer.first_line + static_cast<int64_t>(i)) + 1;
+        if (buffer.scoring) {
+          thpc::score_batch(worker.model_pointers, args_.weights, ids_, buffer.sources,
+                            buffer.references, batches[b], buffer.scores);
+        } else {
+          // Each sentence belongs to one batch: the workers write disjoint elements.
+          thpc::translate_batch(worker.model_pointers, args_.weights, ids_, buffer.sources,
+                                batches[b], buffer.options,
+                                args_.sampling ? &*args_.sampling : nullptr,
+                                buffer.hypotheses);
+          // The weights of each dumped line's best translation, by a forward pass over it
+          // (the search's cache keeps none); it leaves nothing the next batch reads.
+          for (const size_t i : batches[b].members) {
+            if (buffer.dump_slot.empty() || buffer.dump_slot[i] < 0) continue;
+            thpc::AttentionDump& dump = found_.dumps[buffer.dump_slot[i]];
+            dump = thpc::capture_attention(model, buffer.sources[i],
+                                           buffer.hypotheses[i][0].tokens, ids_);
+            dump.line = static_cast<int>(buffer.first_line + static_cast<int64_t>(i)) + 1;
+          }
         }
+        progress_.advance(static_cast<int64_t>(batches[b].members.size()));
         if (worker.profiler) {
           worker.profiler->end_step();
           const thpc::OpProfile batch_profile = worker.profiler->take();
@@ -1141,9 +1195,10 @@ void write_output(const Arguments& args, const std::function<void(std::ostream&)
     } said_while_writing;
     thpc::say_when_interrupted(
         "transformer_decode: interrupted: " + args.output + " is not written (--output FILE "
-        "appears only whole, at the end), and the translations made so far are gone; to keep "
-        "them as they are made, a buffer at a time (--buffer-sentences), write to standard "
-        "output instead: > " + args.output + "\n");
+        "appears only whole, at the end), and the " +
+        (args.score_reference.empty() ? "translations" : "scores") + " made so far are gone; "
+        "to keep them as they are made, a buffer at a time (--buffer-sentences), write to "
+        "standard output instead: > " + args.output + "\n");
     thpc::write_text_atomically(args.output, output_file_name(args.output), write);
   }
 }
@@ -1169,6 +1224,163 @@ void write_attention_file(const Arguments& args, const thpc::DecodingCheckpoints
     dump.target_tokens = pieces_of(dump.target_ids);
   }
   thpc::write_attention_dumps(args.dump_attention, found.dumps, ensemble.paths.front(), &claim);
+}
+
+// transformer_decode --score-reference: each input line's given translation scored,
+// log P(translation | line) (decode/reference_scores.h), one number a line in input
+// order (--normalize: per piece), a buffer of both files at a time as translations are;
+// the corpus's per-piece log-likelihood and perplexity on standard error at the end.
+// The two files must have one line count: regular files are counted before anything is
+// scored, pipes as they are read (a shorter one is said where it ends).
+int run_scoring(const Arguments& args, const thpc::DecodingCheckpoints& ensemble,
+                const thpc::TrainConfig& train, const SentencePieceModel& spm) {
+  SourceReader input(args.input), references(args.score_reference);
+  const auto mismatch = [&](int64_t input_lines, int64_t reference_lines, bool exact) {
+    THPC_FAIL(input.name() << " has " << input_lines << " lines and --score-reference "
+              << references.name() << " " << (exact ? "has " : "has at least ")
+              << reference_lines << ": line n of the one is scored as the translation of "
+              << "line n of the other; give files of one line count (one translation a line)");
+  };
+  const int64_t input_count = input.lines_of_file();
+  const int64_t reference_count = references.lines_of_file();
+  if (input_count >= 0 && reference_count >= 0 && input_count != reference_count) {
+    mismatch(input_count, reference_count, true);
+  }
+  SourceEncoder encoder(spm.processor, ensemble.max_positions, ensemble.max_positions_said());
+  const size_t buffer_size = static_cast<size_t>(args.buffer_sentences);
+  // The pairs not scored (a side longer than the position table): how many, and the first.
+  int64_t unscored = 0, first_unscored = 0;
+  const auto read_buffer = [&](InputBuffer& buffer) {
+    buffer = InputBuffer();
+    buffer.scoring = true;
+    buffer.first_line = input.lines_read();
+    input.read(buffer_size, &buffer.lines);
+    if (!buffer.lines.empty()) references.read(buffer.lines.size(), &buffer.reference_lines);
+    if (buffer.reference_lines.size() < buffer.lines.size()) {
+      // (the input's count so far: a pipe's rest is not read to say it)
+      mismatch(input.lines_read(), references.lines_read(), input.at_end());
+    }
+    if (input.at_end() && !references.at_end()) {
+      std::vector<std::string> extra;
+      references.read(1, &extra);
+      if (!extra.empty()) mismatch(input.lines_read(), references.lines_read(), false);
+    }
+    std::vector<char> long_source, long_reference;
+    encoder.encode(input.name(), buffer.first_line, buffer.lines, buffer.sources, &long_source);
+    encoder.encode(references.name(), buffer.first_line, buffer.reference_lines,
+                   buffer.references, &long_reference);
+    buffer.scored.assign(buffer.lines.size(), 1);
+    for (size_t i = 0; i < buffer.lines.size(); ++i) {
+      if (!long_source[i] && !long_reference[i]) continue;
+      buffer.scored[i] = 0;
+      if (unscored++ == 0) first_unscored = buffer.first_line + static_cast<int64_t>(i) + 1;
+    }
+    buffer.scores.assign(buffer.lines.size(), -std::numeric_limits<double>::infinity());
+  };
+  const auto batches_of = [&](const InputBuffer& buffer, int workers, bool on_cpu) {
+    return thpc::make_scoring_batches(buffer.sources, buffer.references, buffer.scored,
+                                      args.batch_tokens, workers, args.batch_sentences,
+                                      on_cpu ? thpc::kCpuScoringBatchCut : 0);
+  };
+  InputBuffer buffer;
+  Findings found;
+  std::optional<thpc::tools::Progress> progress;
+  std::optional<WorkerPool> workers;
+  int batching_workers = 1;
+  bool on_cpu = true;
+  double log_likelihood = 0;  // of the scored pairs
+  int64_t pieces = 0;         // their references' pieces, eos included
+  const auto start = [&] {
+    if (buffer_size != 0) {
+      input.check_every_line_first();
+      references.check_every_line_first();
+    }
+    read_buffer(buffer);
+    const bool one_buffer = input.at_end();
+    Workers plan = plan_workers(
+        args, train, [&](int count, bool cpu) { return batches_of(buffer, count, cpu); },
+        one_buffer);
+    buffer.batches = std::move(plan.batches);
+    batching_workers = plan.batching_workers;
+    on_cpu = plan.on_cpu;
+    int64_t total = thpc::ProgressListener::kUnknownTotal;
+    if (one_buffer) {
+      total = static_cast<int64_t>(std::count(buffer.scored.begin(), buffer.scored.end(), 1));
+    } else if (!output_is_the_terminal(args.output)) {
+      total = input.count_file_lines();
+    }
+    progress.emplace("transformer_decode", "pairs", total, nullptr,
+                     one_buffer || !output_is_the_terminal(args.output));
+    workers.emplace(args, ensemble, spm.vocabulary.ids, std::move(plan), *progress, found);
+  };
+  // As run's: a failure to read or score is said as it is, not as the output's.
+  struct ScoringFailed {};
+  std::exception_ptr failure;
+  const auto scoring = [&](const auto& step) {
+    try {
+      step();
+    } catch (...) {
+      failure = std::current_exception();
+      throw ScoringFailed{};
+    }
+  };
+  try {
+    write_output(args, [&](std::ostream& out) {
+      scoring(start);
+      for (;;) {
+        scoring([&] { workers->translate(buffer); });
+        if (input.at_end()) progress->finish();
+        out << std::fixed << std::setprecision(6);
+        for (size_t i = 0; i < buffer.lines.size(); ++i) {
+          const double tokens = static_cast<double>(buffer.references[i].size() + 1);
+          if (buffer.scored[i]) {
+            log_likelihood += buffer.scores[i];
+            pieces += static_cast<int64_t>(tokens);
+          }
+          out << (args.normalize && buffer.scored[i] ? buffer.scores[i] / tokens
+                                                     : buffer.scores[i])
+              << "\n";
+        }
+        if (args.output != "-") out.flush();
+        if (args.output == "-") {
+          if (const std::string why = thpc::standard_output_failure(); !why.empty()) {
+            THPC_FAIL(why);
+          }
+        } else if (!out) {
+          THPC_FAIL("cannot write " << output_file_name(args.output)
+                                    << ": the write failed (disk full?)");
+        }
+        if (input.at_end()) break;
+        scoring([&] { read_buffer(buffer); });
+        if (buffer.lines.empty()) break;
+        buffer.batches = batches_of(buffer, batching_workers, on_cpu);
+      }
+    });
+  } catch (const ScoringFailed&) {
+    std::rethrow_exception(failure);
+  }
+  progress->finish();
+  const int64_t scored_pairs = input.lines_read() - unscored;
+  std::cerr << "transformer_decode: scored " << scored_pairs
+            << (scored_pairs == 1 ? " pair" : " pairs") << " (" << pieces
+            << " pieces with eos): log-likelihood " << std::fixed << std::setprecision(4)
+            << log_likelihood;
+  if (pieces > 0) {
+    std::cerr << ", " << log_likelihood / double(pieces) << " a piece, perplexity "
+              << std::exp(-log_likelihood / double(pieces));
+  }
+  std::cerr << "\n";
+  if (unscored > 0) {
+    std::cerr << "transformer_decode: warning: " << unscored
+              << (unscored == 1 ? " pair is" : " pairs are") << " not scored (written -inf, "
+              << "left out of the sums above), the first line " << first_unscored
+              << ": a side is longer than the position table holds (" << encoder.longest()
+              << " pieces and eos, " << ensemble.max_positions_said() << ")\n";
+  }
+  if (found.profile) {
+    std::cerr << thpc::format_profile(*found.profile, found.backend_name, 0.0, "batch");
+  }
+  return 0;
 }
 
 int run(const Arguments& args) {
@@ -1212,6 +1424,7 @@ int run(const Arguments& args) {
     }
     return false;
   }();
+  if (!args.score_reference.empty()) return run_scoring(args, ensemble, train, spm);
   if (!args.tree_constraints && !args.sampling &&
       spm.processor.PieceToId("\xe2\x96\x81)") != spm.processor.unk_id() && labelled_bracket) {
     std::cerr << "transformer_decode: note: " << spm.name << " holds the bracket pieces of a "
@@ -1297,7 +1510,13 @@ int run(const Arguments& args) {
     // The workers are planned on the whole input when the first buffer holds it, else
     // for an input of many buffers (Workers::batching_workers then shares out each one).
     one_buffer = reader.at_end();
-    Workers plan = plan_workers(args, train, buffer.sources, options, one_buffer);
+    Workers plan = plan_workers(
+        args, train,
+        [&](int count, bool) {
+          return thpc::make_decode_batches(buffer.sources, options, args.batch_tokens, count,
+                                           args.batch_sentences);
+        },
+        one_buffer);
     buffer.batches = std::move(plan.batches);
     batching_workers = plan.batching_workers;
     // As before buffers, an input of one buffer counts its sentences (its empty lines
@@ -1547,13 +1766,25 @@ int main(int argc, char** argv) {
       ("tree-leaves", po::value<std::string>(),
        "with --tree-constraints: the trees' word tokens, XX (the placeholder) or words "
        "(the input line's own words, in order: transformer_trees linearize --leaves words; "
-       "default: the checkpoint's decode.tree_leaves)");
+       "default: the checkpoint's decode.tree_leaves)")
+      ("score-reference", po::value(&args.score_reference),
+       "score this file's lines, one per input line (its translations: references, or "
+       "another system's output), instead of translating: writes log P(line | input line) "
+       "for each, the natural log summed over its pieces and eos (marian-scorer, "
+       "fairseq-generate --score-reference), in one forward pass a batch; -inf for a pair "
+       "longer than the position table; the corpus's per-piece log-likelihood and "
+       "perplexity go to standard error. An ensemble scores the weighted mean of its "
+       "models' scores")
+      ("normalize", po::bool_switch(&args.normalize),
+       "with --score-reference: each score divided by its line's pieces + eos (Marian's "
+       "--normalize)");
   const auto parse = [&](int count, char** arguments) {
     const po::variables_map values = thpc::tools::parse_options(options, count, arguments);
     args.help = values.count("help") > 0;
     if (!args.help) {
       // (an empty --output has its own refusal, beside its other checks)
-      thpc::tools::refuse_empty_values(values, {"checkpoint", "spm-model", "input"});
+      thpc::tools::refuse_empty_values(values,
+                                       {"checkpoint", "spm-model", "input", "score-reference"});
     }
     thpc::SearchOverrides& search = args.search;
     if (values.count("beam")) search.beam = values["beam"].as<int>();
@@ -1657,6 +1888,29 @@ int main(int argc, char** argv) {
       }
       if (!args.tree_constraints) THPC_FAIL("--tree-leaves goes with --tree-constraints");
     }
+    // Scoring reads the given lines' tokens: nothing is searched, sampled or dumped.
+    if (!args.score_reference.empty()) {
+      for (const char* searching : {"beam", "lenpen", "max-len-a", "max-len-b", "sampling",
+                                    "dump-attention", "dump-lines", "tree-leaves"}) {
+        if (values.count(searching)) {
+          THPC_FAIL("--" << searching << " does not go with --score-reference, which scores "
+                    << "the given lines instead of searching for translations");
+        }
+      }
+      if (search.greedy || args.tree_constraints || search.nbest != 1) {
+        THPC_FAIL((search.greedy ? "--greedy" : args.tree_constraints ? "--tree-constraints"
+                                                                       : "--nbest")
+                  << " does not go with --score-reference, which scores the given lines "
+                  << "instead of searching for translations");
+      }
+      if (args.score_reference == "-" && args.input == "-") {
+        THPC_FAIL("--score-reference - and the input both on standard input: give one of "
+                  << "them as a file (--input FILE, or --score-reference FILE)");
+      }
+    } else if (args.normalize) {
+      THPC_FAIL("--normalize goes with --score-reference (it divides each score by its "
+                << "line's pieces)");
+    }
     // Neither output may be an input, the other output or a training run's file, however
     // the path is spelt (the trained model turned into text, the source text replaced).
     if (!args.help) {
@@ -1664,6 +1918,7 @@ int main(int argc, char** argv) {
       std::vector<std::string> inputs = args.checkpoints;  // every model of an ensemble
       inputs.push_back(args.input);
       inputs.push_back(args.spm_model);
+      inputs.push_back(args.score_reference);
       thpc::check_output_path("--output", args.output, inputs, thpc::OutputKind::Text,
                               {args.dump_attention});
       thpc::check_output_path("--dump-attention", args.dump_attention, inputs,
