@@ -12,7 +12,8 @@
 //                      [--dump-attention FILE.h5 --dump-lines 1,5,9]
 //                      [--tree-constraints [--tree-leaves XX|words]] [--profile]
 //   transformer_decode --checkpoint FILE [FILE...] --input FILE --score-reference FILE
-//                      [--normalize] [--batch-tokens ...] [--threads N] [--compute-type T]
+//                      [--normalize] [--reference-nbest] [--batch-tokens ...] [--threads N]
+//                      [--compute-type T]
 //
 // The SentencePiece model is --spm-model when given, else the one stored in the
 // checkpoint by the trainer (fairseq-like). Each input line is SentencePiece-encoded,
@@ -36,7 +37,8 @@
 // outputs are written under a temporary name and renamed, and neither may be an input,
 // the other output or a training run's file (checkpoint/output_file.h).
 // --score-reference scores given translations instead of searching: log P(line | input
-// line) a line (run_scoring, decode/reference_scores.h).
+// line) a line, or with --reference-nbest each line of an n-best list against its input
+// line (run_scoring, decode/reference_scores.h).
 // --profile prints, after the translations, where the decoding time went: each op class's
 // time per batch (kernels/profiling_backend.h: GEMMs, attention, layer norms, the
 // log-softmax and top-k, the cache's row copies, transfers, and the host time between
@@ -132,6 +134,7 @@ struct Arguments {
   std::optional<thpc::SamplingOptions> sampling;  // unset: beam search
   std::string score_reference;  // --score-reference: score its lines instead of translating
   bool normalize = false;       // --normalize: those scores per piece
+  bool reference_nbest = false;  // --reference-nbest: --score-reference's file is an n-best list
   bool profile = false;  // print the time per op class (first CPU worker, every GPU worker)
   bool help = false;
 };
@@ -207,19 +210,21 @@ class PositionedReadBuffer : public std::streambuf {
 
 class SourceReader {
  public:
-  explicit SourceReader(const std::string& path)
-      : path_(path), name_(path == "-" ? "<stdin>" : path) {
+  // `option`: the command line's name for the file (--input, --score-reference).
+  explicit SourceReader(const std::string& path, const std::string& option = "--input")
+      : path_(path), name_(path == "-" ? "<stdin>" : path), option_(option) {
     struct stat status {};
     if (path != "-") {
-      file_ = thpc::open_text_file(path, "--input");
+      file_ = thpc::open_text_file(path, option);
       peekable_ = ::stat(path.c_str(), &status) == 0 && S_ISREG(status.st_mode);
       return;
     }
     // Closed, write-only or a directory: read as an empty input, the output was replaced
     // by an empty file, exit 0 and nothing said.
     if (const std::string why = thpc::standard_input_unreadable(); !why.empty()) {
-      THPC_FAIL("standard input is " << why
-                                     << ": give the text to translate on it or with --input FILE");
+      THPC_FAIL("standard input is " << why << ": give the "
+                                     << (option_ == "--input" ? "text to translate" : "text")
+                                     << " on it or with " << option_ << " FILE");
     }
     const bool known = ::fstat(STDIN_FILENO, &status) == 0;
     peekable_ = known && S_ISREG(status.st_mode);
@@ -267,18 +272,30 @@ class SourceReader {
   // only a terminal shows: a batch job's log is spared the extra pass over the input);
   // kUnknownTotal for standard input, anything that is not a regular file, or no terminal.
   int64_t count_file_lines() const {
-    if (!isatty(fileno(stderr))) return thpc::ProgressListener::kUnknownTotal;
+    if (path_ == "-" || !isatty(fileno(stderr))) return thpc::ProgressListener::kUnknownTotal;
     return lines_of_file();
   }
 
-  // The lines of the input file, counted without being kept; kUnknownTotal for standard
-  // input or anything that is not a regular file.
+  // The lines of a regular file, counted without being kept, before any is read: the
+  // file named, or one given as standard input (`< FILE`, read with pread from where its
+  // descriptor stands); kUnknownTotal for a pipe, a terminal or anything else.
   int64_t lines_of_file() const {
     std::error_code error;
-    if (path_ == "-" || !std::filesystem::is_regular_file(path_, error)) {
+    std::ifstream file;
+    std::optional<PositionedReadBuffer> from_stdin;
+    std::optional<std::istream> stdin_stream;
+    std::istream* in = &file;
+    if (path_ == "-") {
+      const off_t start = peekable_ ? ::lseek(STDIN_FILENO, 0, SEEK_CUR) : -1;
+      if (start < 0) return thpc::ProgressListener::kUnknownTotal;
+      from_stdin.emplace(STDIN_FILENO, start);
+      in = &stdin_stream.emplace(&*from_stdin);
+    } else if (std::filesystem::is_regular_file(path_, error)) {
+      file = thpc::open_input_file(path_, "");
+    } else {
       return thpc::ProgressListener::kUnknownTotal;
     }
-    std::ifstream counted = thpc::open_input_file(path_, "");
+    std::istream& counted = *in;
     std::vector<char> block(1 << 20);
     int64_t lines = 0;
     char last = '\n';
@@ -309,7 +326,7 @@ class SourceReader {
       whole.emplace(SourceReader(name_, std::make_unique<PositionedReadBuffer>(STDIN_FILENO,
                                                                                start)));
     } else {
-      whole.emplace(path_);
+      whole.emplace(path_, option_);
     }
     std::vector<std::string> lines;
     while (!whole->at_end()) whole->read(10000, &lines);
@@ -321,7 +338,7 @@ class SourceReader {
       : path_(name), name_(name), buffer_(std::move(buffer)),
         positioned_(std::make_unique<std::istream>(buffer_.get())), peekable_(true) {}
 
-  std::string path_, name_;
+  std::string path_, name_, option_ = "--input";
   std::unique_ptr<std::streambuf> buffer_;
   std::unique_ptr<std::istream> positioned_;
   std::ifstream file_;
@@ -491,13 +508,17 @@ struct InputBuffer {
   // (written with SentencePiece's text), counted in unmatched_tree_lines.
   std::vector<std::vector<std::string>> tree_words;
   int64_t unmatched_tree_lines = 0;
-  // --score-reference: each line's reference as read and encoded, whether the pair is
-  // scored (both sides fit the position table), and its score log P(reference | line).
+  // --score-reference: the pairs scored (one a line; with --reference-nbest one an n-best
+  // line, `sources` then each hypothesis' input line): each translation as read and
+  // encoded, whether the pair is scored (both sides fit the position table), its score
+  // log P(translation | line), and with --reference-nbest the n-best line it came from.
   bool scoring = false;
   std::vector<std::string> reference_lines;
   std::vector<thpc::TokenSequence> references;
   std::vector<char> scored;
   std::vector<double> scores;
+  int64_t first_reference_line = 0;  // the 0-based line of the translations' file of pair 0
+  std::vector<std::string> nbest_lines;
 };
 
 // Encodes lines with `spm`: a line longer than the position table holds (eos takes one of
@@ -1234,48 +1255,158 @@ void write_attention_file(const Arguments& args, const thpc::DecodingCheckpoints
 // scored, pipes as they are read (a shorter one is said where it ends).
 int run_scoring(const Arguments& args, const thpc::DecodingCheckpoints& ensemble,
                 const thpc::TrainConfig& train, const SentencePieceModel& spm) {
-  SourceReader input(args.input), references(args.score_reference);
-  const auto mismatch = [&](int64_t input_lines, int64_t reference_lines, bool exact) {
-    THPC_FAIL(input.name() << " has " << input_lines << " lines and --score-reference "
-              << references.name() << " " << (exact ? "has " : "has at least ")
-              << reference_lines << ": line n of the one is scored as the translation of "
-              << "line n of the other; give files of one line count (one translation a line)");
+  // One pipe read as both sides (--input - and --score-reference /dev/stdin, or the other
+  // way): each would take lines of the other. (A regular file opened twice is read twice.)
+  {
+    const auto identity = [](const std::string& path, struct stat& status) {
+      return path == "-" ? ::fstat(STDIN_FILENO, &status) == 0
+                         : ::stat(path.c_str(), &status) == 0;
+    };
+    struct stat a {}, b {};
+    if ((args.input == "-" || args.score_reference == "-") && identity(args.input, a) &&
+        identity(args.score_reference, b) && a.st_dev == b.st_dev && a.st_ino == b.st_ino &&
+        !S_ISREG(a.st_mode)) {
+      throw thpc::tools::UsageError(
+          "--input " + args.input + " and --score-reference " + args.score_reference +
+          " are one stream (standard input): each would read lines of the other; give one "
+          "of them as a file");
+    }
+  }
+  SourceReader input(args.input), references(args.score_reference, "--score-reference");
+  // "NAME has N lines", or "has at least N" for a pipe not read to its end.
+  const auto count_said = [](const std::string& name, int64_t lines, bool exact) {
+    return name + " has " + (exact ? "" : "at least ") + std::to_string(lines) +
+           (lines == 1 ? " line" : " lines");
   };
+  const auto mismatch = [&](const std::string& input_said, const std::string& reference_said) {
+    THPC_FAIL(input_said << " and --score-reference " << reference_said
+              << ": line n of the one is scored as the translation of line n of the other; "
+              << "give files of one line count (one translation a line)");
+  };
+  // Regular files (named, or standard input's) are counted before anything is scored;
+  // pipes are compared as they are read.
   const int64_t input_count = input.lines_of_file();
   const int64_t reference_count = references.lines_of_file();
-  if (input_count >= 0 && reference_count >= 0 && input_count != reference_count) {
-    mismatch(input_count, reference_count, true);
+  if (!args.reference_nbest && input_count >= 0 && reference_count >= 0 &&
+      input_count != reference_count) {
+    mismatch(count_said(input.name(), input_count, true),
+             count_said(references.name(), reference_count, true));
   }
   SourceEncoder encoder(spm.processor, ensemble.max_positions, ensemble.max_positions_said());
   const size_t buffer_size = static_cast<size_t>(args.buffer_sentences);
-  // The pairs not scored (a side longer than the position table): how many, and the first.
-  int64_t unscored = 0, first_unscored = 0;
+  // The pairs not scored (a side longer than the position table): how many, and the
+  // first, said by its line and its longer side.
+  int64_t unscored = 0;
+  std::string first_unscored;
+  // --reference-nbest: the n-best line read ahead, the first of the next buffer's input
+  // lines (or beyond the input: said at its end), and the last INDEX seen.
+  struct NbestLine {
+    int64_t index = 0;
+    std::string text, whole;
+  };
+  std::optional<NbestLine> pending;
+  int64_t last_index = -1;
+  // An n-best line's INDEX and text ("INDEX ||| text ||| ...", transformer_decode --nbest's
+  // and Moses' format), said by its line in the file when it is not one.
+  const auto parse_nbest = [&](std::string line) {
+    const std::string where =
+        references.name() + ": line " + std::to_string(references.lines_read());
+    const size_t first = line.find(" ||| ");
+    const std::string index_text = line.substr(0, first);
+    if (first == std::string::npos || index_text.empty() || index_text.size() > 15 ||
+        index_text.find_first_not_of("0123456789") != std::string::npos) {
+      THPC_FAIL(where << " is not an n-best line 'INDEX ||| text ||| ...' with INDEX the "
+                      << "0-based input line (--reference-nbest: transformer_decode --nbest's "
+                      << "format); give the n-best list as written, or leave --reference-nbest "
+                      << "out to score a translation a line");
+    }
+    NbestLine parsed;
+    parsed.index = std::stoll(index_text);
+    if (parsed.index < last_index) {
+      THPC_FAIL(where << " is for input line " << parsed.index << " after a line for "
+                      << last_index << ": the n-best list must be in input order, as "
+                      << "transformer_decode --nbest writes it (sort it by INDEX, keeping each "
+                      << "line's hypotheses in their order)");
+    }
+    last_index = parsed.index;
+    const size_t second = line.find(" ||| ", first + 5);
+    parsed.text = line.substr(first + 5, second == std::string::npos ? std::string::npos
+                                                                    : second - first - 5);
+    parsed.whole = std::move(line);
+    return parsed;
+  };
+  // The buffer's pairs: its input lines with as many lines of the translations (or, with
+  // --reference-nbest, the n-best lines of those input lines), both encoded.
   const auto read_buffer = [&](InputBuffer& buffer) {
     buffer = InputBuffer();
     buffer.scoring = true;
     buffer.first_line = input.lines_read();
     input.read(buffer_size, &buffer.lines);
-    if (!buffer.lines.empty()) references.read(buffer.lines.size(), &buffer.reference_lines);
-    if (buffer.reference_lines.size() < buffer.lines.size()) {
-      // (the input's count so far: a pipe's rest is not read to say it)
-      mismatch(input.lines_read(), references.lines_read(), input.at_end());
-    }
-    if (input.at_end() && !references.at_end()) {
-      std::vector<std::string> extra;
-      references.read(1, &extra);
-      if (!extra.empty()) mismatch(input.lines_read(), references.lines_read(), false);
-    }
+    buffer.first_reference_line = references.lines_read() - (pending ? 1 : 0);
     std::vector<char> long_source, long_reference;
-    encoder.encode(input.name(), buffer.first_line, buffer.lines, buffer.sources, &long_source);
-    encoder.encode(references.name(), buffer.first_line, buffer.reference_lines,
+    if (args.reference_nbest) {
+      std::vector<thpc::TokenSequence> line_sources;
+      std::vector<char> long_line;
+      encoder.encode(input.name(), buffer.first_line, buffer.lines, line_sources, &long_line);
+      const int64_t end = buffer.first_line + static_cast<int64_t>(buffer.lines.size());
+      for (;;) {
+        if (!pending) {
+          std::vector<std::string> one;
+          references.read(1, &one);
+          if (one.empty()) break;
+          pending = parse_nbest(std::move(one.front()));
+        }
+        if (pending->index >= end) break;  // a later buffer's
+        const size_t line = static_cast<size_t>(pending->index - buffer.first_line);
+        buffer.sources.push_back(line_sources[line]);
+        long_source.push_back(long_line[line]);
+        buffer.reference_lines.push_back(std::move(pending->text));
+        buffer.nbest_lines.push_back(std::move(pending->whole));
+        pending.reset();
+      }
+      if (input.at_end() && pending) {
+        THPC_FAIL(references.name() << ": line " << references.lines_read() << " is for input "
+                  << "line " << pending->index << ", but " << input.name() << " has "
+                  << input.lines_read() << (input.lines_read() == 1 ? " line" : " lines")
+                  << " (INDEX counts from 0): give the input the n-best list was made from");
+      }
+    } else {
+      if (!buffer.lines.empty()) references.read(buffer.lines.size(), &buffer.reference_lines);
+      if (buffer.reference_lines.size() < buffer.lines.size()) {
+        // The translations ended; the input's count is known for a file, or so far (a
+        // pipe's rest is not read to say it).
+        mismatch(input_count >= 0 ? count_said(input.name(), input_count, true)
+                                  : count_said(input.name(), input.lines_read(), input.at_end()),
+                 count_said(references.name(), references.lines_read(), true));
+      }
+      if (input.at_end() && !references.at_end()) {
+        std::vector<std::string> extra;
+        references.read(1, &extra);
+        if (!extra.empty()) {
+          mismatch(count_said(input.name(), input.lines_read(), true),
+                   reference_count >= 0
+                       ? count_said(references.name(), reference_count, true)
+                       : count_said(references.name(), references.lines_read(), false));
+        }
+      }
+      encoder.encode(input.name(), buffer.first_line, buffer.lines, buffer.sources, &long_source);
+    }
+    encoder.encode(references.name(), buffer.first_reference_line, buffer.reference_lines,
                    buffer.references, &long_reference);
-    buffer.scored.assign(buffer.lines.size(), 1);
-    for (size_t i = 0; i < buffer.lines.size(); ++i) {
+    const size_t pairs = buffer.references.size();
+    buffer.scored.assign(pairs, 1);
+    for (size_t i = 0; i < pairs; ++i) {
       if (!long_source[i] && !long_reference[i]) continue;
       buffer.scored[i] = 0;
-      if (unscored++ == 0) first_unscored = buffer.first_line + static_cast<int64_t>(i) + 1;
+      if (unscored++ > 0) continue;
+      const bool source = long_source[i] != 0;
+      first_unscored = std::string(args.reference_nbest ? "n-best " : "") + "line " +
+                       std::to_string(buffer.first_reference_line + static_cast<int64_t>(i) + 1) +
+                       ", whose " + (source ? "input" : "translation") + " has " +
+                       std::to_string((source ? buffer.sources : buffer.references)[i].size()) +
+                       " pieces";
     }
-    buffer.scores.assign(buffer.lines.size(), -std::numeric_limits<double>::infinity());
+    buffer.scores.assign(pairs, -std::numeric_limits<double>::infinity());
   };
   const auto batches_of = [&](const InputBuffer& buffer, int workers, bool on_cpu) {
     return thpc::make_scoring_batches(buffer.sources, buffer.references, buffer.scored,
@@ -1288,15 +1419,17 @@ int run_scoring(const Arguments& args, const thpc::DecodingCheckpoints& ensemble
   std::optional<WorkerPool> workers;
   int batching_workers = 1;
   bool on_cpu = true;
+  bool one_buffer = false;
   double log_likelihood = 0;  // of the scored pairs
   int64_t pieces = 0;         // their references' pieces, eos included
+  int64_t pairs = 0;          // written, scored or not
   const auto start = [&] {
     if (buffer_size != 0) {
       input.check_every_line_first();
       references.check_every_line_first();
     }
     read_buffer(buffer);
-    const bool one_buffer = input.at_end();
+    one_buffer = input.at_end();
     Workers plan = plan_workers(
         args, train, [&](int count, bool cpu) { return batches_of(buffer, count, cpu); },
         one_buffer);
@@ -1306,7 +1439,7 @@ int run_scoring(const Arguments& args, const thpc::DecodingCheckpoints& ensemble
     int64_t total = thpc::ProgressListener::kUnknownTotal;
     if (one_buffer) {
       total = static_cast<int64_t>(std::count(buffer.scored.begin(), buffer.scored.end(), 1));
-    } else if (!output_is_the_terminal(args.output)) {
+    } else if (!output_is_the_terminal(args.output) && !args.reference_nbest) {
       total = input.count_file_lines();
     }
     progress.emplace("transformer_decode", "pairs", total, nullptr,
@@ -1328,15 +1461,23 @@ int run_scoring(const Arguments& args, const thpc::DecodingCheckpoints& ensemble
     write_output(args, [&](std::ostream& out) {
       scoring(start);
       for (;;) {
+        // Pairs not scored have no batch: done at once (an input of one buffer counts only
+        // the scored ones).
+        if (!one_buffer) {
+          progress->advance(static_cast<int64_t>(
+              std::count(buffer.scored.begin(), buffer.scored.end(), 0)));
+        }
         scoring([&] { workers->translate(buffer); });
         if (input.at_end()) progress->finish();
         out << std::fixed << std::setprecision(6);
-        for (size_t i = 0; i < buffer.lines.size(); ++i) {
+        for (size_t i = 0; i < buffer.references.size(); ++i) {
           const double tokens = static_cast<double>(buffer.references[i].size() + 1);
           if (buffer.scored[i]) {
             log_likelihood += buffer.scores[i];
             pieces += static_cast<int64_t>(tokens);
           }
+          ++pairs;
+          if (args.reference_nbest) out << buffer.nbest_lines[i] << " ||| ";
           out << (args.normalize && buffer.scored[i] ? buffer.scores[i] / tokens
                                                      : buffer.scores[i])
               << "\n";
@@ -1360,7 +1501,7 @@ int run_scoring(const Arguments& args, const thpc::DecodingCheckpoints& ensemble
     std::rethrow_exception(failure);
   }
   progress->finish();
-  const int64_t scored_pairs = input.lines_read() - unscored;
+  const int64_t scored_pairs = pairs - unscored;
   std::cerr << "transformer_decode: scored " << scored_pairs
             << (scored_pairs == 1 ? " pair" : " pairs") << " (" << pieces
             << " pieces with eos): log-likelihood " << std::fixed << std::setprecision(4)
@@ -1373,9 +1514,10 @@ int run_scoring(const Arguments& args, const thpc::DecodingCheckpoints& ensemble
   if (unscored > 0) {
     std::cerr << "transformer_decode: warning: " << unscored
               << (unscored == 1 ? " pair is" : " pairs are") << " not scored (written -inf, "
-              << "left out of the sums above), the first line " << first_unscored
+              << "left out of the sums above), the first " << first_unscored
               << ": a side is longer than the position table holds (" << encoder.longest()
-              << " pieces and eos, " << ensemble.max_positions_said() << ")\n";
+              << " pieces and eos, " << ensemble.max_positions_said() << "); a filter that "
+              << "combines scores must take -inf as the worst (docs/decoding.md)\n";
   }
   if (found.profile) {
     std::cerr << thpc::format_profile(*found.profile, found.backend_name, 0.0, "batch");
@@ -1777,7 +1919,12 @@ int main(int argc, char** argv) {
        "models' scores")
       ("normalize", po::bool_switch(&args.normalize),
        "with --score-reference: each score divided by its line's pieces + eos (Marian's "
-       "--normalize)");
+       "--normalize)")
+      ("reference-nbest", po::bool_switch(&args.reference_nbest),
+       "with --score-reference: its file is an n-best list (--nbest's INDEX ||| text ||| "
+       "score lines, INDEX the 0-based input line, in input order; fields after the text "
+       "are kept), each hypothesis scored against its input line and written back with "
+       "' ||| SCORE' appended, for reranking (marian-scorer --n-best)");
   const auto parse = [&](int count, char** arguments) {
     const po::variables_map values = thpc::tools::parse_options(options, count, arguments);
     args.help = values.count("help") > 0;
@@ -1851,6 +1998,29 @@ int main(int argc, char** argv) {
     if (values.count("dump-lines")) {
       args.dump_lines = parse_line_numbers(values["dump-lines"].as<std::string>());
     }
+    // Scoring reads the given lines' tokens: nothing is searched, sampled or dumped.
+    if (!args.score_reference.empty()) {
+      for (const char* searching : {"beam", "lenpen", "max-len-a", "max-len-b", "sampling",
+                                    "dump-attention", "dump-lines", "tree-leaves"}) {
+        if (values.count(searching)) {
+          THPC_FAIL("--" << searching << " does not go with --score-reference, which scores "
+                    << "the given lines instead of searching for translations");
+        }
+      }
+      if (search.greedy || args.tree_constraints || search.nbest != 1) {
+        THPC_FAIL((search.greedy ? "--greedy" : args.tree_constraints ? "--tree-constraints"
+                                                                       : "--nbest")
+                  << " does not go with --score-reference, which scores the given lines "
+                  << "instead of searching for translations");
+      }
+      if (args.score_reference == "-" && args.input == "-") {
+        THPC_FAIL("--score-reference - and the input both on standard input: give one of "
+                  << "them as a file (--input FILE, or --score-reference FILE)");
+      }
+    } else if (args.normalize || args.reference_nbest) {
+      THPC_FAIL((args.normalize ? "--normalize" : "--reference-nbest")
+                << " goes with --score-reference FILE");
+    }
     if (args.dump_attention.empty() != args.dump_lines.empty()) {
       THPC_FAIL("--dump-attention FILE and --dump-lines N,... go together");
     }
@@ -1887,29 +2057,6 @@ int main(int argc, char** argv) {
         THPC_FAIL("--tree-leaves '" << *args.tree_leaves << "': expected XX or words");
       }
       if (!args.tree_constraints) THPC_FAIL("--tree-leaves goes with --tree-constraints");
-    }
-    // Scoring reads the given lines' tokens: nothing is searched, sampled or dumped.
-    if (!args.score_reference.empty()) {
-      for (const char* searching : {"beam", "lenpen", "max-len-a", "max-len-b", "sampling",
-                                    "dump-attention", "dump-lines", "tree-leaves"}) {
-        if (values.count(searching)) {
-          THPC_FAIL("--" << searching << " does not go with --score-reference, which scores "
-                    << "the given lines instead of searching for translations");
-        }
-      }
-      if (search.greedy || args.tree_constraints || search.nbest != 1) {
-        THPC_FAIL((search.greedy ? "--greedy" : args.tree_constraints ? "--tree-constraints"
-                                                                       : "--nbest")
-                  << " does not go with --score-reference, which scores the given lines "
-                  << "instead of searching for translations");
-      }
-      if (args.score_reference == "-" && args.input == "-") {
-        THPC_FAIL("--score-reference - and the input both on standard input: give one of "
-                  << "them as a file (--input FILE, or --score-reference FILE)");
-      }
-    } else if (args.normalize) {
-      THPC_FAIL("--normalize goes with --score-reference (it divides each score by its "
-                << "line's pieces)");
     }
     // Neither output may be an input, the other output or a training run's file, however
     // the path is spelt (the trained model turned into text, the source text replaced).

@@ -10,8 +10,10 @@
 //
 // An ensemble scores as it searches (decode/ensemble.h): the weighted mean of its models'
 // log-probabilities at every position, so of their sentence scores,
-// sum_i w_i log P_i(y | x). A hypothesis beam search found scores its Hypothesis::log_prob
-// (with one model, up to the rounding of a whole pass against one position a step).
+// sum_i w_i log P_i(y | x). A hypothesis beam search found, ended by eos, scores its
+// Hypothesis::log_prob (with one model, up to the rounding of a whole pass against one
+// position a step). On a GPU the loss op's sums are read back once a sentence (a sync
+// each: ~100 a 4,096-token batch); not yet run on one.
 #pragma once
 
 #include <cstddef>
@@ -29,8 +31,9 @@ namespace thpc {
 // An empty source or reference is a pair too (x = eos alone, or y = eos alone). With
 // several workers the budget shrinks so that each gets at least two batches where the
 // input allows, as make_decode_batches does. With `cut_at_length_after` > 0 a batch that
-// holds that many padded tokens also ends before a shorter pair: its pairs are then of
-// one length, padded on the other side only (kCpuScoringBatchCut).
+// holds that many padded tokens also ends before a shorter pair: a batch that reached
+// the cut holds pairs of one length, padded on their other side only; a smaller one
+// still takes shorter pairs (kCpuScoringBatchCut).
 std::vector<DecodeBatch> make_scoring_batches(const std::vector<TokenSequence>& sources,
                                               const std::vector<TokenSequence>& references,
                                               const std::vector<char>& scored, int batch_tokens,
