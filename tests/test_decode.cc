@@ -1530,6 +1530,33 @@ TEST_F(DecodeProgram, ScoreReferenceWritesEachLinesLogProbability) {
             std::string::npos)
       << err;
 
+  // --piece-scores: after the score, one log-probability a piece and eos, summing to it.
+  ASSERT_EQ(decode(scoring + " --piece-scores", out, err), 0) << err;
+  ASSERT_EQ(lines_of(out).size(), 4u) << out;
+  for (size_t i = 0; i < 3; ++i) {
+    const std::string line = lines_of(out)[i];
+    const size_t bar = line.find(" ||| ");
+    ASSERT_NE(bar, std::string::npos) << line;
+    EXPECT_NEAR(std::stod(line.substr(0, bar)), scores[i], 1e-6) << line;
+    std::istringstream pieces(line.substr(bar + 5));
+    double piece_sum = 0, piece = 0;
+    int count = 0;
+    while (pieces >> piece) {
+      EXPECT_LT(piece, 0) << line;
+      piece_sum += piece;
+      ++count;
+    }
+    EXPECT_NEAR(piece_sum, scores[i], 1e-3 * count) << line;  // (4 decimals a piece)
+    if (i == 1) {
+      EXPECT_EQ(count, 1) << "the empty reference is eos alone: " << line;
+    } else {
+      EXPECT_GE(count, 2) << line;
+    }
+  }
+  EXPECT_EQ(lines_of(out)[3], "-inf |||") << out;
+  EXPECT_EQ(decode("--piece-scores", out, err), 2) << err;
+  EXPECT_NE(err.find("--piece-scores goes with --score-reference FILE"), std::string::npos) << err;
+
   // Per piece: each score over its reference's pieces and eos (the empty reference: eos
   // alone, so its score is unchanged).
   ASSERT_EQ(decode(scoring + " --normalize", out, err), 0) << err;

@@ -60,6 +60,43 @@ TEST(ReferenceScores, EqualTheOracleOnePrefixAtATime) {
   }
 }
 
+// Each piece's score is the oracle's log p of that piece (eos last) given the prefix
+// before it, they sum to the pair's score, and asking for them changes no score: alone
+// and in an ensemble (the weighted mean of the models' own, piece by piece).
+TEST(ReferenceScores, PieceScoresAreTheOraclesNextTokenLogProbabilities) {
+  auto backend = make_cpu_backend(DType::F32);
+  Transformer a = small_model(*backend, false, "post", 9);
+  Transformer b = small_model(*backend, true, "pre", 31);
+  DecodeBatch all;
+  for (size_t i = 0; i < kSources.size(); ++i) all.members.push_back(i);
+  for (const std::vector<Transformer*>& models :
+       {std::vector<Transformer*>{&a}, std::vector<Transformer*>{&a, &b}}) {
+    std::vector<double> scores(kSources.size(), 0.0), without(kSources.size(), 0.0);
+    std::vector<std::vector<float>> pieces(kSources.size());
+    score_batch(models, {1.0f, 3.0f}, kIds, kSources, kReferences, all, scores, &pieces);
+    score_batch(models, {1.0f, 3.0f}, kIds, kSources, kReferences, all, without);
+    const std::vector<float> w = models.size() == 1 ? std::vector<float>{1.0f}
+                                                     : std::vector<float>{0.25f, 0.75f};
+    for (size_t i = 0; i < kSources.size(); ++i) {
+      ASSERT_EQ(pieces[i].size(), kReferences[i].size() + 1) << "pair " << i;
+      double sum = 0;
+      for (size_t t = 0; t < pieces[i].size(); ++t) {
+        const TokenSequence prefix(kReferences[i].begin(),
+                                   kReferences[i].begin() + static_cast<ptrdiff_t>(t));
+        const int32_t token = t < kReferences[i].size() ? kReferences[i][t] : kIds.eos;
+        double expected = 0;
+        for (size_t m = 0; m < models.size(); ++m) {
+          expected += w[m] * oracle_next_log_probs(*models[m], kIds, kSources[i], prefix)[token];
+        }
+        EXPECT_NEAR(pieces[i][t], expected, 1e-5) << "pair " << i << " piece " << t;
+        sum += pieces[i][t];
+      }
+      EXPECT_NEAR(sum, scores[i], 1e-5) << "pair " << i;
+      EXPECT_NEAR(without[i], scores[i], 1e-9) << "pair " << i;
+    }
+  }
+}
+
 // Each hypothesis the search returns scores its raw log-probability, eos included: the
 // score a filter or reranker reads for a translation is the one decoding ranked it by.
 // (A random model's hypotheses are cut at the length limit, without the eos a reference

@@ -12,7 +12,8 @@
 //                      [--dump-attention FILE.h5 --dump-lines 1,5,9]
 //                      [--tree-constraints [--tree-leaves XX|words]] [--profile]
 //   transformer_decode --checkpoint FILE [FILE...] --input FILE --score-reference FILE
-//                      [--normalize] [--reference-nbest] [--batch-tokens ...] [--threads N]
+//                      [--normalize] [--piece-scores] [--reference-nbest] [--batch-tokens ...]
+//                      [--threads N]
 //                      [--compute-type T]
 //
 // The SentencePiece model is --spm-model when given, else the one stored in the
@@ -135,6 +136,7 @@ struct Arguments {
   std::string score_reference;  // --score-reference: score its lines instead of translating
   bool normalize = false;       // --normalize: those scores per piece
   bool reference_nbest = false;  // --reference-nbest: --score-reference's file is an n-best list
+  bool piece_scores = false;     // --piece-scores: each piece's log-probability after the score
   bool profile = false;  // print the time per op class (first CPU worker, every GPU worker)
   bool help = false;
 };
@@ -519,6 +521,7 @@ struct InputBuffer {
   std::vector<double> scores;
   int64_t first_reference_line = 0;  // the 0-based line of the translations' file of pair 0
   std::vector<std::string> nbest_lines;
+  std::vector<std::vector<float>> piece_scores;  // --piece-scores: each pair's, in order
 };
 
 // Encodes lines with `spm`: a line longer than the position table holds (eos takes one of
@@ -1090,7 +1093,8 @@ class WorkerPool {
         if (worker.profiler) worker.profiler->begin_step();
         if (buffer.scoring) {
           thpc::score_batch(worker.model_pointers, args_.weights, ids_, buffer.sources,
-                            buffer.references, batches[b], buffer.scores);
+                            buffer.references, batches[b], buffer.scores,
+                            args_.piece_scores ? &buffer.piece_scores : nullptr);
         } else {
           // Each sentence belongs to one batch: the workers write disjoint elements.
           thpc::translate_batch(worker.model_pointers, args_.weights, ids_, buffer.sources,
@@ -1407,6 +1411,7 @@ int run_scoring(const Arguments& args, const thpc::DecodingCheckpoints& ensemble
                        " pieces";
     }
     buffer.scores.assign(pairs, -std::numeric_limits<double>::infinity());
+    if (args.piece_scores) buffer.piece_scores.assign(pairs, {});
   };
   const auto batches_of = [&](const InputBuffer& buffer, int workers, bool on_cpu) {
     return thpc::make_scoring_batches(buffer.sources, buffer.references, buffer.scored,
@@ -1479,8 +1484,13 @@ int run_scoring(const Arguments& args, const thpc::DecodingCheckpoints& ensemble
           ++pairs;
           if (args.reference_nbest) out << buffer.nbest_lines[i] << " ||| ";
           out << (args.normalize && buffer.scored[i] ? buffer.scores[i] / tokens
-                                                     : buffer.scores[i])
-              << "\n";
+                                                     : buffer.scores[i]);
+          if (args.piece_scores) {
+            out << " |||" << std::setprecision(4);
+            for (const float piece : buffer.piece_scores[i]) out << ' ' << piece;
+            out << std::setprecision(6);
+          }
+          out << "\n";
         }
         if (args.output != "-") out.flush();
         if (args.output == "-") {
@@ -1920,6 +1930,10 @@ int main(int argc, char** argv) {
       ("normalize", po::bool_switch(&args.normalize),
        "with --score-reference: each score divided by its line's pieces + eos (Marian's "
        "--normalize)")
+      ("piece-scores", po::bool_switch(&args.piece_scores),
+       "with --score-reference: after each score, ' ||| ' and the log-probability of each "
+       "of the line's SentencePiece pieces and of eos, in order (fairseq's positional "
+       "scores; Marian's --word-scores, by piece)")
       ("reference-nbest", po::bool_switch(&args.reference_nbest),
        "with --score-reference: its file is an n-best list (--nbest's INDEX ||| text ||| "
        "score lines, INDEX the 0-based input line, in input order; fields after the text "
@@ -2017,8 +2031,9 @@ int main(int argc, char** argv) {
         THPC_FAIL("--score-reference - and the input both on standard input: give one of "
                   << "them as a file (--input FILE, or --score-reference FILE)");
       }
-    } else if (args.normalize || args.reference_nbest) {
-      THPC_FAIL((args.normalize ? "--normalize" : "--reference-nbest")
+    } else if (args.normalize || args.reference_nbest || args.piece_scores) {
+      THPC_FAIL((args.normalize ? "--normalize"
+                 : args.reference_nbest ? "--reference-nbest" : "--piece-scores")
                 << " goes with --score-reference FILE");
     }
     if (args.dump_attention.empty() != args.dump_lines.empty()) {

@@ -63,7 +63,7 @@ std::vector<DecodeBatch> make_scoring_batches(const std::vector<TokenSequence>& 
 void score_batch(const std::vector<Transformer*>& models, const std::vector<float>& weights,
                  const SpecialIds& ids, const std::vector<TokenSequence>& sources,
                  const std::vector<TokenSequence>& references, const DecodeBatch& batch,
-                 std::vector<double>& scores) {
+                 std::vector<double>& scores, std::vector<std::vector<float>>* piece_scores) {
   THPC_CHECK(!models.empty(), "scoring with no model");
   std::vector<TokenSequence> batch_sources, batch_references;
   for (const size_t i : batch.members) {
@@ -71,20 +71,33 @@ void score_batch(const std::vector<Transformer*>& models, const std::vector<floa
     batch_references.push_back(references[i]);
   }
   const Batch pairs = make_batch(batch_sources, batch_references, ids);
+  std::vector<std::vector<float>> pieces, model_pieces;
+  const auto into = [&](std::vector<std::vector<float>>& kept) {
+    return piece_scores != nullptr ? &kept : nullptr;
+  };
   // One model's scores as they are (an ensemble of one would multiply them by 1.0f).
+  std::vector<double> combined;
   if (models.size() == 1) {
-    const std::vector<double> one = models[0]->target_log_probs(pairs);
-    for (size_t k = 0; k < batch.members.size(); ++k) scores[batch.members[k]] = one[k];
-    return;
+    combined = models[0]->target_log_probs(pairs, into(pieces));
+  } else {
+    const std::vector<float> w =
+        ensemble_weights(models.size(), std::vector<double>(weights.begin(), weights.end()));
+    combined.assign(batch.members.size(), 0.0);
+    if (piece_scores != nullptr) pieces.assign(batch.members.size(), {});
+    for (size_t m = 0; m < models.size(); ++m) {
+      const std::vector<double> one = models[m]->target_log_probs(pairs, into(model_pieces));
+      for (size_t k = 0; k < one.size(); ++k) {
+        combined[k] += double(w[m]) * one[k];
+        if (piece_scores == nullptr) continue;
+        pieces[k].resize(model_pieces[k].size(), 0.0f);
+        for (size_t t = 0; t < model_pieces[k].size(); ++t) pieces[k][t] += w[m] * model_pieces[k][t];
+      }
+    }
   }
-  const std::vector<float> w =
-      ensemble_weights(models.size(), std::vector<double>(weights.begin(), weights.end()));
-  std::vector<double> combined(batch.members.size(), 0.0);
-  for (size_t m = 0; m < models.size(); ++m) {
-    const std::vector<double> one = models[m]->target_log_probs(pairs);
-    for (size_t k = 0; k < one.size(); ++k) combined[k] += double(w[m]) * one[k];
+  for (size_t k = 0; k < batch.members.size(); ++k) {
+    scores[batch.members[k]] = combined[k];
+    if (piece_scores != nullptr) (*piece_scores)[batch.members[k]] = std::move(pieces[k]);
   }
-  for (size_t k = 0; k < batch.members.size(); ++k) scores[batch.members[k]] = combined[k];
 }
 
 }  // namespace thpc

@@ -52,10 +52,12 @@ constexpr int kCpuScoringBatchCut = 256;
 
 // log P(reference | source) of each member of `batch` under `models` (one, or an ensemble
 // sharing a vocabulary, weighted by `weights`, normalised as ensemble_weights does; empty:
-// equally), written to scores[member].
+// equally), written to scores[member]; with `piece_scores`, each of its pieces' and eos'
+// log p (an ensemble's weighted mean) to (*piece_scores)[member].
 void score_batch(const std::vector<Transformer*>& models, const std::vector<float>& weights,
                  const SpecialIds& ids, const std::vector<TokenSequence>& sources,
                  const std::vector<TokenSequence>& references, const DecodeBatch& batch,
-                 std::vector<double>& scores);
+                 std::vector<double>& scores,
+                 std::vector<std::vector<float>>* piece_scores = nullptr);
 
 }  // namespace thpc

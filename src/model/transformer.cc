@@ -576,7 +576,8 @@ LossSums Transformer::evaluate(const Batch& batch) {
   return sums;
 }
 
-std::vector<double> Transformer::target_log_probs(const Batch& batch) {
+std::vector<double> Transformer::target_log_probs(
+    const Batch& batch, std::vector<std::vector<float>>* piece_log_probs) {
   State& s = *state_;
   upload_batch(batch);
   const DropoutContext none;
@@ -584,16 +585,32 @@ std::vector<double> Transformer::target_log_probs(const Batch& batch) {
   const int T = s.tgt_len;
   const int rows = s.batch_size * T;
   std::vector<double> log_probs(static_cast<size_t>(s.batch_size), 0.0);
+  if (piece_log_probs != nullptr) piece_log_probs->assign(static_cast<size_t>(s.batch_size), {});
+  // The loss op with eps = 0 over `count` rows from `row` (logits `logits`): minus their
+  // log-probabilities' sum (pad rows add nothing).
+  const auto nll = [&](Tensor logits, int row, int count) {
+    return backend_.softmax_cross_entropy(Tensor{}, logits, s.tgt_out + row, count, vocab_, 0.0f,
+                                          ids_.pad, 0.0f).nll;
+  };
   // The rows [first, first + count) of the pass, whose logits are `logits`: each
-  // sentence's share summed by the loss op with eps = 0 (its nll is -log p of the
-  // targets; pad rows add nothing), one call per sentence the rows hold.
+  // sentence's share in one call (on a GPU a read-back each), or with piece_log_probs one
+  // call a target; a share of pad rows alone in none.
   const auto add_rows = [&](int first, int count, Tensor logits) {
     for (int b = first / T; b < s.batch_size && b * T < first + count; ++b) {
       const int begin = std::max(first, b * T), end = std::min(first + count, (b + 1) * T);
-      const LossSums part = backend_.softmax_cross_entropy(
-          Tensor{}, logits.slice(int64_t(begin - first) * vocab_, int64_t(end - begin) * vocab_),
-          s.tgt_out + begin, end - begin, vocab_, 0.0f, ids_.pad, 0.0f);
-      log_probs[static_cast<size_t>(b)] -= part.nll;
+      if (batch.tgt_out[static_cast<size_t>(begin)] == ids_.pad) continue;  // (pads trail)
+      if (piece_log_probs == nullptr) {
+        log_probs[static_cast<size_t>(b)] -=
+            nll(logits.slice(int64_t(begin - first) * vocab_, int64_t(end - begin) * vocab_),
+                begin, end - begin);
+        continue;
+      }
+      for (int row = begin; row < end && batch.tgt_out[static_cast<size_t>(row)] != ids_.pad;
+           ++row) {
+        const double one = nll(logits.slice(int64_t(row - first) * vocab_, vocab_), row, 1);
+        log_probs[static_cast<size_t>(b)] -= one;
+        (*piece_log_probs)[static_cast<size_t>(b)].push_back(static_cast<float>(-one));
+      }
     }
   };
   const int64_t chunk = loss_chunk(rows);
