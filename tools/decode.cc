@@ -1827,7 +1827,8 @@ int main(int argc, char** argv) {
   po::options_description options(
       "usage: transformer_decode --checkpoint FILE [FILE...] [options]\n\n"
       "Translates the input, one sentence per line, with beam search (or greedily, or by\n"
-      "sampling) and writes one line per input line, in input order.\n\noptions");
+      "sampling) and writes one line per input line, in input order; with --score-reference\n"
+      "FILE, scores FILE's lines as the input lines' translations instead.\n\noptions");
   options.add_options()
       ("help,h", "print this text and exit")(
       "version", "print the git commit the program was built from and exit")
