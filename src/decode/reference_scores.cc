@@ -1,7 +1,6 @@
 #include "decode/reference_scores.h"
 
 #include <algorithm>
-#include <cstdint>
 
 #include "common/error.h"
 #include "decode/ensemble.h"
@@ -24,40 +23,11 @@ std::vector<DecodeBatch> make_scoring_batches(const std::vector<TokenSequence>& 
   THPC_CHECK(sources.size() == references.size() && scored.size() == sources.size(),
              sources.size() << " sources, " << references.size() << " references, "
                             << scored.size() << " flags");
-  std::vector<size_t> order;
-  int64_t total_tokens = 0;
+  std::vector<size_t> lengths(sources.size(), 0);  // 0: not scored, in no batch
   for (size_t i = 0; i < sources.size(); ++i) {
-    if (!scored[i]) continue;
-    order.push_back(i);
-    total_tokens += static_cast<int64_t>(pair_length(sources[i], references[i]));
+    if (scored[i]) lengths[i] = pair_length(sources[i], references[i]);
   }
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return pair_length(sources[a], references[a]) > pair_length(sources[b], references[b]);
-  });
-  int64_t budget = batch_tokens;
-  if (workers > 1) {
-    budget = std::min<int64_t>(budget, (total_tokens + 2 * workers - 1) / (2 * workers));
-  }
-  std::vector<DecodeBatch> batches;
-  size_t next = 0;
-  while (next < order.size()) {
-    DecodeBatch batch;
-    // The pairs come longest first: the first one's length is the batch's.
-    const size_t longest = pair_length(sources[order[next]], references[order[next]]);
-    while (next < order.size()) {
-      const size_t length = pair_length(sources[order[next]], references[order[next]]);
-      const int64_t padded = static_cast<int64_t>(longest * batch.members.size());
-      if (!batch.members.empty() &&
-          (padded + static_cast<int64_t>(longest) > budget ||
-           (batch_sentences > 0 && static_cast<int>(batch.members.size()) >= batch_sentences) ||
-           (cut_at_length_after > 0 && length < longest && padded >= cut_at_length_after))) {
-        break;
-      }
-      batch.members.push_back(order[next++]);
-    }
-    batches.push_back(std::move(batch));
-  }
-  return batches;
+  return batches_by_length(lengths, batch_tokens, workers, batch_sentences, cut_at_length_after);
 }
 
 void score_batch(const std::vector<Transformer*>& models, const std::vector<float>& weights,

@@ -11,39 +11,56 @@
 
 namespace thpc {
 
-std::vector<DecodeBatch> make_decode_batches(const std::vector<TokenSequence>& sources,
-                                             const BeamOptions& options, int batch_tokens,
-                                             int workers, int batch_sentences) {
+std::vector<DecodeBatch> batches_by_length(const std::vector<size_t>& lengths, int batch_tokens,
+                                           int workers, int batch_sentences,
+                                           int cut_at_length_after) {
   std::vector<size_t> order;
   int64_t total_tokens = 0;
-  for (size_t i = 0; i < sources.size(); ++i) {
-    if (sources[i].empty()) continue;  // empty line: nothing to translate
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    if (lengths[i] == 0) continue;  // nothing to batch
     order.push_back(i);
-    total_tokens += static_cast<int64_t>(sources[i].size()) + 1;
+    total_tokens += static_cast<int64_t>(lengths[i]);
   }
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return sources[a].size() > sources[b].size();
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return lengths[a] > lengths[b]; });
   int64_t budget = batch_tokens;
   if (workers > 1) budget = std::min<int64_t>(budget, (total_tokens + 2 * workers - 1) / (2 * workers));
   std::vector<DecodeBatch> batches;
   size_t next = 0;
   while (next < order.size()) {
     DecodeBatch batch;
-    size_t longest = 0;
+    // The items come longest first: the first one's length is the batch's.
+    const size_t longest = lengths[order[next]];
     while (next < order.size()) {
-      longest = std::max(longest, sources[order[next]].size() + 1);
+      const int64_t padded = static_cast<int64_t>(longest * batch.members.size());
       if (!batch.members.empty() &&
-          (static_cast<int64_t>(longest * (batch.members.size() + 1)) > budget ||
-           (batch_sentences > 0 && static_cast<int>(batch.members.size()) >= batch_sentences))) {
+          (padded + static_cast<int64_t>(longest) > budget ||
+           (batch_sentences > 0 && static_cast<int>(batch.members.size()) >= batch_sentences) ||
+           (cut_at_length_after > 0 && lengths[order[next]] < longest &&
+            padded >= cut_at_length_after))) {
         break;
       }
-      const size_t i = order[next++];
-      batch.members.push_back(i);
+      batch.members.push_back(order[next++]);
+    }
+    batches.push_back(std::move(batch));
+  }
+  return batches;
+}
+
+std::vector<DecodeBatch> make_decode_batches(const std::vector<TokenSequence>& sources,
+                                             const BeamOptions& options, int batch_tokens,
+                                             int workers, int batch_sentences) {
+  std::vector<size_t> lengths(sources.size(), 0);  // an empty line: nothing to translate
+  for (size_t i = 0; i < sources.size(); ++i) {
+    if (!sources[i].empty()) lengths[i] = sources[i].size() + 1;
+  }
+  std::vector<DecodeBatch> batches =
+      batches_by_length(lengths, batch_tokens, workers, batch_sentences);
+  for (DecodeBatch& batch : batches) {
+    for (const size_t i : batch.members) {
       batch.max_output = std::max(batch.max_output,
                                   beam_detail::output_length_limit(sources[i].size(), options));
     }
-    batches.push_back(std::move(batch));
   }
   return batches;
 }

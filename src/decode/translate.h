@@ -32,6 +32,17 @@ struct DecodeBatch {
   size_t sentence_offset = 0;
 };
 
+// Items i of lengths[i] > 0 (0: left out), longest first, cut into batches of at most
+// `batch_tokens` padded tokens (each item padded to its batch's first, longest) and, when
+// `batch_sentences` > 0, at most that many items; with several workers the budget shrinks
+// so that each gets at least two batches where the items allow. With
+// `cut_at_length_after` > 0 a batch that holds that many padded tokens also ends before a
+// shorter item. make_decode_batches' and make_scoring_batches' (decode/reference_scores.h)
+// batching.
+std::vector<DecodeBatch> batches_by_length(const std::vector<size_t>& lengths, int batch_tokens,
+                                           int workers, int batch_sentences = 0,
+                                           int cut_at_length_after = 0);
+
 // The non-empty sources, longest first (so that similar lengths share a batch and
 // padding stays small), cut into batches of at most `batch_tokens` padded source tokens
 // and, when `batch_sentences` > 0, at most that many sentences (fairseq's --batch-size,
