@@ -1251,6 +1251,52 @@ void write_attention_file(const Arguments& args, const thpc::DecodingCheckpoints
   thpc::write_attention_dumps(args.dump_attention, found.dumps, ensemble.paths.front(), &claim);
 }
 
+// A failure to read, translate or score the input, said as it is and not as a failure to
+// write the output (write_text_atomically's storage diagnosis: "the file system is full"
+// for a line of invalid UTF-8 next to a full disk): carried past the write as Carried,
+// which removes the output's temporary file as any failure does.
+class InputFailure {
+ public:
+  struct Carried {};
+
+  // Runs `step`; its failure is kept, and Carried thrown in its place.
+  template <typename Step>
+  void run(const Step& step) {
+    try {
+      step();
+    } catch (...) {
+      failure_ = std::current_exception();
+      throw Carried{};
+    }
+  }
+
+  // Rethrows the kept failure. After `lines_done` lines were `done` ("translated",
+  // "scored") into --output FILE, which appears only whole, it says they are gone too,
+  // which the input's message alone did not say (a later buffer's failure, a bad line 250
+  // of a pipe: a helper's walk; on standard output they are kept), and how to keep the
+  // `made` ("translations", "scores") next time.
+  [[noreturn]] void rethrow(const std::string& output, size_t lines_done, const std::string& done,
+                            const std::string& made) const {
+    if (output != "-" && lines_done > 0) {
+      const std::string lost = "; the " + std::to_string(lines_done) + " lines " + done +
+                               " before it are not written either (--output FILE appears only "
+                               "whole): mend the input, or write to standard output (> " +
+                               output + ") to keep the " + made + " made before a failure";
+      try {
+        std::rethrow_exception(failure_);
+      } catch (const thpc::Error& error) {
+        THPC_FAIL(error.what() << lost);
+      } catch (const thpc::tools::UsageError& error) {  // (a later line's length limit)
+        throw thpc::tools::UsageError(error.what() + lost);
+      }
+    }
+    std::rethrow_exception(failure_);
+  }
+
+ private:
+  std::exception_ptr failure_;
+};
+
 // transformer_decode --score-reference: each input line's given translation scored,
 // log P(translation | line) (decode/reference_scores.h), one number a line in input
 // order (--normalize: per piece), a buffer of both files at a time as translations are;
@@ -1451,20 +1497,10 @@ int run_scoring(const Arguments& args, const thpc::DecodingCheckpoints& ensemble
                      one_buffer || !output_is_the_terminal(args.output));
     workers.emplace(args, ensemble, spm.vocabulary.ids, std::move(plan), *progress, found);
   };
-  // As run's: a failure to read or score is said as it is, not as the output's.
-  struct ScoringFailed {};
-  std::exception_ptr failure;
-  const auto scoring = [&](const auto& step) {
-    try {
-      step();
-    } catch (...) {
-      failure = std::current_exception();
-      throw ScoringFailed{};
-    }
-  };
+  InputFailure scoring;
   try {
     write_output(args, [&](std::ostream& out) {
-      scoring(start);
+      scoring.run(start);
       for (;;) {
         // Pairs not scored have no batch: done at once (an input of one buffer counts only
         // the scored ones).
@@ -1472,7 +1508,7 @@ int run_scoring(const Arguments& args, const thpc::DecodingCheckpoints& ensemble
           progress->advance(static_cast<int64_t>(
               std::count(buffer.scored.begin(), buffer.scored.end(), 0)));
         }
-        scoring([&] { workers->translate(buffer); });
+        scoring.run([&] { workers->translate(buffer); });
         if (input.at_end()) progress->finish();
         out << std::fixed << std::setprecision(6);
         for (size_t i = 0; i < buffer.references.size(); ++i) {
@@ -1502,13 +1538,13 @@ int run_scoring(const Arguments& args, const thpc::DecodingCheckpoints& ensemble
                                     << ": the write failed (disk full?)");
         }
         if (input.at_end()) break;
-        scoring([&] { read_buffer(buffer); });
+        scoring.run([&] { read_buffer(buffer); });
         if (buffer.lines.empty()) break;
         buffer.batches = batches_of(buffer, batching_workers, on_cpu);
       }
     });
-  } catch (const ScoringFailed&) {
-    std::rethrow_exception(failure);
+  } catch (const InputFailure::Carried&) {
+    scoring.rethrow(args.output, static_cast<size_t>(pairs), "scored", "scores");
   }
   progress->finish();
   const int64_t scored_pairs = pairs - unscored;
@@ -1693,28 +1729,15 @@ int run(const Arguments& args) {
                      !translations_beside_the_line);
     workers.emplace(args, ensemble, spm.vocabulary.ids, std::move(plan), *progress, found);
   };
-  // A failure to read or translate the input is said as it is, not as a failure to write
-  // the output (write_text_atomically's storage diagnosis: "the file system is full" for
-  // a line of invalid UTF-8 next to a full disk): carried past the write as this type,
-  // which removes the output's temporary file as any failure does.
-  struct DecodingFailed {};
-  std::exception_ptr decoding_failure;
+  InputFailure decoding;
   size_t lines_translated = 0;  // the input's lines whose translations were written
-  const auto decoding = [&](const auto& step) {
-    try {
-      step();
-    } catch (...) {
-      decoding_failure = std::current_exception();
-      throw DecodingFailed{};
-    }
-  };
   // The output is opened before the input is read (but with --dump-lines, above), as
   // Marian's and CTranslate2's are: a program that opens the FIFO given as --output before
   // it writes the input waited for the decoder to open it, and the decoder for the end of
   // the input's first buffer.
   try {
     write_output(args, [&](std::ostream& out) {
-      decoding(start);
+      decoding.run(start);
       for (;;) {
         for (thpc::DecodeBatch& batch : buffer.batches) {
           batch.sentence_offset = static_cast<size_t>(buffer.first_line);
@@ -1724,7 +1747,7 @@ int run(const Arguments& args) {
               std::count_if(buffer.sources.begin(), buffer.sources.end(),
                             [](const thpc::TokenSequence& source) { return source.empty(); })));
         }
-        decoding([&] { workers->translate(buffer); });
+        decoding.run([&] { workers->translate(buffer); });
         if (reader.at_end()) progress->finish();  // its line ended before the translations
         write_translations(out, buffer, options.nbest, spm.processor);
         lines_translated += buffer.lines.size();
@@ -1744,7 +1767,7 @@ int run(const Arguments& args) {
                                     << ": the write failed (disk full?)");
         }
         if (reader.at_end()) break;
-        decoding([&] {
+        decoding.run([&] {
           read_buffer(buffer);
           search_buffer(buffer);
         });
@@ -1753,26 +1776,8 @@ int run(const Arguments& args) {
                                                    batching_workers, args.batch_sentences);
       }
     });
-  } catch (const DecodingFailed&) {
-    // A later buffer's failure (a bad line 250 of a pipe) after earlier buffers were
-    // translated: into --output FILE, which appears only whole, those are gone too,
-    // which the input's message alone did not say (a helper's walk; on standard output
-    // they are kept).
-    if (args.output != "-" && lines_translated > 0) {
-      const std::string lost = "; the " + std::to_string(lines_translated) + " lines "
-                               "translated before it are not written either (--output FILE "
-                               "appears only whole): mend the input, or write to standard "
-                               "output (> " + args.output + ") to keep the translations made "
-                               "before a failure";
-      try {
-        std::rethrow_exception(decoding_failure);
-      } catch (const thpc::Error& error) {
-        THPC_FAIL(error.what() << lost);
-      } catch (const thpc::tools::UsageError& error) {  // (a later line's length limit)
-        throw thpc::tools::UsageError(error.what() + lost);
-      }
-    }
-    std::rethrow_exception(decoding_failure);
+  } catch (const InputFailure::Carried&) {
+    decoding.rethrow(args.output, lines_translated, "translated", "translations");
   }
   progress->finish();
   if (unmatched_tree_lines > 0) {
