@@ -514,7 +514,6 @@ struct InputBuffer {
   // line, `sources` then each hypothesis' input line): each translation as read and
   // encoded, whether the pair is scored (both sides fit the position table), its score
   // log P(translation | line), and with --reference-nbest the n-best line it came from.
-  bool scoring = false;
   std::vector<std::string> reference_lines;
   std::vector<thpc::TokenSequence> references;
   std::vector<char> scored;
@@ -1091,7 +1090,7 @@ class WorkerPool {
       thpc::Transformer& model = *worker.models.front();  // the attention dumps show the first's
       for (size_t b = next_batch_++; b < batches.size(); b = next_batch_++) {
         if (worker.profiler) worker.profiler->begin_step();
-        if (buffer.scoring) {
+        if (!args_.score_reference.empty()) {
           thpc::score_batch(worker.model_pointers, args_.weights, ids_, buffer.sources,
                             buffer.references, batches[b], buffer.scores,
                             args_.piece_scores ? &buffer.piece_scores : nullptr);
@@ -1389,7 +1388,6 @@ int run_scoring(const Arguments& args, const thpc::DecodingCheckpoints& ensemble
   // --reference-nbest, the n-best lines of those input lines), both encoded.
   const auto read_buffer = [&](InputBuffer& buffer) {
     buffer = InputBuffer();
-    buffer.scoring = true;
     buffer.first_line = input.lines_read();
     input.read(buffer_size, &buffer.lines);
     buffer.first_reference_line = references.lines_read() - (pending ? 1 : 0);
