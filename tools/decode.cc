@@ -1227,6 +1227,22 @@ void write_output(const Arguments& args, const std::function<void(std::ostream&)
   }
 }
 
+// Each buffer's lines out before the next is read (a reader waiting for them: --output
+// /dev/stdout, a pipe), and a failed write found at once, not after the whole input (a
+// full disk, a reader gone). Standard output is flushed by standard_output_failure, which
+// then still has the failed write's errno.
+void check_buffer_written(const Arguments& args, std::ostream& out) {
+  if (args.output != "-") out.flush();
+  if (args.output == "-") {
+    if (const std::string failure = thpc::standard_output_failure(); !failure.empty()) {
+      THPC_FAIL(failure);
+    }
+  } else if (!out) {
+    THPC_FAIL("cannot write " << output_file_name(args.output)
+                              << ": the write failed (disk full?)");
+  }
+}
+
 // Writes the --dump-lines lines' attention to --dump-attention with their text and
 // pieces (decode/attention_dump.h has the layout), naming the checkpoint they came from.
 void write_attention_file(const Arguments& args, const thpc::DecodingCheckpoints& ensemble,
@@ -1526,15 +1542,7 @@ int run_scoring(const Arguments& args, const thpc::DecodingCheckpoints& ensemble
           }
           out << "\n";
         }
-        if (args.output != "-") out.flush();
-        if (args.output == "-") {
-          if (const std::string why = thpc::standard_output_failure(); !why.empty()) {
-            THPC_FAIL(why);
-          }
-        } else if (!out) {
-          THPC_FAIL("cannot write " << output_file_name(args.output)
-                                    << ": the write failed (disk full?)");
-        }
+        check_buffer_written(args, out);
         if (input.at_end()) break;
         scoring.run([&] { read_buffer(buffer); });
         if (buffer.lines.empty()) break;
@@ -1751,19 +1759,7 @@ int run(const Arguments& args) {
         lines_translated += buffer.lines.size();
         stopped_by_the_table += translations_stopped_by_the_table(buffer, options);
         unmatched_tree_lines += buffer.unmatched_tree_lines;
-        // Each buffer's translations out before the next is read (a reader waiting for
-        // them: --output /dev/stdout, a pipe), and a failed write found at once, not after
-        // the whole input (a full disk, a reader gone). Standard output is flushed by
-        // standard_output_failure, which then still has the failed write's errno.
-        if (args.output != "-") out.flush();
-        if (args.output == "-") {
-          if (const std::string failure = thpc::standard_output_failure(); !failure.empty()) {
-            THPC_FAIL(failure);
-          }
-        } else if (!out) {
-          THPC_FAIL("cannot write " << output_file_name(args.output)
-                                    << ": the write failed (disk full?)");
-        }
+        check_buffer_written(args, out);
         if (reader.at_end()) break;
         decoding.run([&] {
           read_buffer(buffer);
