@@ -201,6 +201,16 @@ THPC_OP(void, softmax_cross_entropy_add,
         (Out d_logits, In logits, const int32_t* targets, int rows, int vocab, float eps,
          int pad_id, const StepInputs* inputs, ParamOut totals),
         (d_logits, logits, targets, rows, vocab, eps, pad_id, inputs, totals))
+// Each row's nll_r = -log softmax(logits[r, :])[targets[r]] (softmax_cross_entropy's nll_r,
+// its bits on the CPU; no gradient, no smoothing), 0 on a row whose target is pad_id,
+// returned to the host in one read-back: scoring given translations
+// (Transformer::target_log_probs) sums them by sentence, or keeps each piece's, where one
+// softmax_cross_entropy call a sentence would read back once a sentence (on a GPU a
+// stream synchronisation each). A target outside [0, vocab) that is not pad_id throws,
+// naming the row.
+THPC_OP(std::vector<double>, softmax_nll_rows,
+        (In logits, const int32_t* targets, int rows, int vocab, int pad_id),
+        (logits, targets, rows, vocab, pad_id))
 // log_probs[r, :] = log softmax(logits[r, :]), for decoding. May alias logits.
 THPC_OP(void, log_softmax, (Out log_probs, In logits, int rows, int vocab),
         (log_probs, logits, rows, vocab))

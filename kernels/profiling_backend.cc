@@ -40,6 +40,7 @@ constexpr std::pair<OpId, OpClass> kOpClasses[] = {
     {OpId::copy_rows, OpClass::Decoding},
     {OpId::softmax_cross_entropy, OpClass::CrossEntropy},
     {OpId::softmax_cross_entropy_add, OpClass::CrossEntropy},
+    {OpId::softmax_nll_rows, OpClass::CrossEntropy},
     {OpId::log_softmax, OpClass::CrossEntropy},
     {OpId::row_top_k, OpClass::Decoding},
     {OpId::adam_update, OpClass::Adam},

@@ -44,7 +44,8 @@ enum class OpClass {
   AddNorm,        // residual + dropout, layer norm; fused: add_dropout_layernorm_*
   BiasRelu,       // ReLU's backward (fused: relu_bias_backward, b1's gradient with it)
                   // and the unfused ReLU forward
-  CrossEntropy,   // softmax_cross_entropy(_add) (the loss and its gradient), log_softmax
+  CrossEntropy,   // softmax_cross_entropy(_add) (the loss and its gradient), log_softmax,
+                  // softmax_nll_rows
   Embedding,      // embedding forward and backward, the embeddings' dropout
   Adam,           // adam_update
   GradientNorm,   // sum_squares(_into), scale: the gradient's norm and clipping

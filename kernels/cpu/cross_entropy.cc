@@ -138,14 +138,18 @@ struct RowSums {
   LossSums sums;
   int32_t bad_rows = 0;
   int32_t first_bad_row = 0, first_bad_target = 0;  // when bad_rows > 0
+  std::vector<double> row_nll;  // each row's nll (0 where skipped), with keep_row_nll
 };
 
 // The rows' loss, nll and gradient, and their sums in row order (the same bits with any
 // number of threads). A row whose target is outside [0, vocab) is skipped: no sums, its
-// d_logits row left as it was, counted in bad_rows.
+// d_logits row left as it was, counted in bad_rows. With keep_row_nll, each row's nll is
+// also returned (softmax_nll_rows): a caller adding a run of them in order from 0 gets
+// the bits softmax_cross_entropy returns for that run.
 template <typename T>
 RowSums cross_entropy_rows(T* d_logits, const T* logits, const int32_t* targets, int rows,
-                           int vocab, float eps, int pad_id, float grad_scale) {
+                           int vocab, float eps, int pad_id, float grad_scale,
+                           bool keep_row_nll = false) {
   const auto counted = [&](int32_t target) {
     return target != pad_id && target >= 0 && target < vocab;
   };
@@ -186,7 +190,18 @@ RowSums cross_entropy_rows(T* d_logits, const T* logits, const int32_t* targets,
     result.sums.nll += row_nll[row];
     result.sums.tokens += 1;
   }
+  if (keep_row_nll) result.row_nll = std::move(row_nll);
   return result;
+}
+
+// Throws for the first target outside [0, vocab) that is not pad_id, naming its row.
+void check_targets(const int32_t* targets, int rows, int vocab, int pad_id) {
+  for (int row = 0; row < rows; ++row) {
+    const int32_t target = targets[row];
+    THPC_CHECK(target == pad_id || (target >= 0 && target < vocab),
+               "target id " << target << " at row " << row << " is outside the vocabulary [0, "
+                            << vocab << ")");
+  }
 }
 
 }  // namespace
@@ -203,13 +218,21 @@ template <typename T>
 LossSums softmax_cross_entropy(T* d_logits, const T* logits, const int32_t* targets, int rows,
                                int vocab, float eps, int pad_id, float grad_scale) {
   THPC_CHECK(vocab > 0, "cross-entropy over a vocabulary of " << vocab);
-  for (int row = 0; row < rows; ++row) {  // before the parallel loop, which cannot throw
-    const int32_t target = targets[row];
-    THPC_CHECK(target == pad_id || (target >= 0 && target < vocab),
-               "target id " << target << " at row " << row << " is outside the vocabulary [0, "
-                            << vocab << ")");
-  }
+  check_targets(targets, rows, vocab, pad_id);  // before the parallel loop, which cannot throw
   return cross_entropy_rows(d_logits, logits, targets, rows, vocab, eps, pad_id, grad_scale).sums;
+}
+
+// The rows' nll as softmax_cross_entropy computes them (eps 0: nll_r does not depend on
+// it), kept apart instead of summed.
+template <typename T>
+std::vector<double> softmax_nll_rows(const T* logits, const int32_t* targets, int rows,
+                                     int vocab, int pad_id) {
+  THPC_CHECK(vocab > 0, "cross-entropy over a vocabulary of " << vocab);
+  THPC_CHECK(rows >= 0, "cross-entropy over " << rows << " rows");
+  check_targets(targets, rows, vocab, pad_id);
+  return cross_entropy_rows<T>(nullptr, logits, targets, rows, vocab, 0.0f, pad_id, 0.0f,
+                               /*keep_row_nll=*/true)
+      .row_nll;
 }
 
 // The sums are added in the order the micro-batches come, in double: the same bits as
@@ -261,6 +284,7 @@ void log_softmax(T* log_probs, const T* logits, int rows, int vocab) {
 
 THPC_CPU_TWIN(softmax_cross_entropy)
 THPC_CPU_TWIN(softmax_cross_entropy_add)
+THPC_CPU_TWIN(softmax_nll_rows)
 THPC_CPU_TWIN(log_softmax)
 
 }  // namespace thpc::cpu

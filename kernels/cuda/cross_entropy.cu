@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "common/error.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -380,11 +381,14 @@ std::atomic<int64_t> wide_loss_row_launch_count{0};
 // Queues the row kernel and the sum over rows, per-row values in the context's scratch:
 // the sums go to the returned LossResult (in scratch) or, kIntoTotals, are added into
 // `totals`. rows > 0.
+// With `rows_nll`, also says where the per-row nll are (rows doubles in the scratch, valid
+// until the context's scratch is next taken).
 template <typename T, bool kIntoTotals>
 LossResult* queue_loss_sums(Context& context, T* d_logits, const T* logits,
                             const int32_t* targets, int rows, int vocab, float eps, int pad_id,
                             float grad_scale, StepTotals* totals,
-                            const StepInputs* scale_from = nullptr) {
+                            const StepInputs* scale_from = nullptr,
+                            const double** rows_nll = nullptr) {
   cudaStream_t stream = context.stream();
   // Scratch: per-row loss, nll (double), status (int), then the result.
   const size_t n = static_cast<size_t>(rows);
@@ -396,6 +400,7 @@ LossResult* queue_loss_sums(Context& context, T* d_logits, const T* logits,
   double* row_nll = reinterpret_cast<double*>(scratch + nll_at);
   int* row_status = reinterpret_cast<int*>(scratch + status_at);
   LossResult* result = reinterpret_cast<LossResult*>(scratch + result_at);
+  if (rows_nll != nullptr) *rows_nll = row_nll;
 
   const bool vectorized = vocab % kVector<T> == 0 && aligned16(logits) &&
                           (d_logits == nullptr || aligned16(d_logits));
@@ -470,6 +475,36 @@ void softmax_cross_entropy_add(Context& context, T* d_logits, const T* logits,
                            reinterpret_cast<StepTotals*>(totals), inputs);
 }
 
+// softmax_cross_entropy's kernels as they are (no gradient, eps 0), then one copy of the
+// result and of the rows' nll (the scratch's doubles) into pinned memory and one stream
+// synchronisation: no kernel of its own.
+template <typename T>
+std::vector<double> softmax_nll_rows(Context& context, const T* logits, const int32_t* targets,
+                                     int rows, int vocab, int pad_id) {
+  THPC_CHECK(vocab > 0, "cross-entropy over a vocabulary of " << vocab);
+  THPC_CHECK(rows >= 0, "cross-entropy over " << rows << " rows");
+  if (rows == 0) return {};
+  cudaStream_t stream = context.stream();
+  const double* device_nll = nullptr;
+  const LossResult* result =
+      queue_loss_sums<T, false>(context, nullptr, logits, targets, rows, vocab, 0.0f, pad_id,
+                                0.0f, nullptr, nullptr, &device_nll);
+  const size_t nll_bytes = sizeof(double) * static_cast<size_t>(rows);
+  char* host = static_cast<char*>(context.pinned(aligned(sizeof(LossResult)) + nll_bytes));
+  double* host_nll = reinterpret_cast<double*>(host + aligned(sizeof(LossResult)));
+  THPC_CUDA_CHECK(
+      cudaMemcpyAsync(host, result, sizeof(LossResult), cudaMemcpyDeviceToHost, stream));
+  THPC_CUDA_CHECK(
+      cudaMemcpyAsync(host_nll, device_nll, nll_bytes, cudaMemcpyDeviceToHost, stream));
+  THPC_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const LossResult sums = *reinterpret_cast<const LossResult*>(host);
+  if (sums.bad_row >= 0) {
+    THPC_FAIL("target id " << sums.bad_target << " at row " << sums.bad_row
+                           << " is outside the vocabulary [0, " << vocab << ")");
+  }
+  return std::vector<double>(host_nll, host_nll + rows);
+}
+
 template <typename T>
 void log_softmax(Context& context, T* log_probs, const T* logits, int rows, int vocab) {
   const cudaStream_t stream = context.stream();
@@ -480,6 +515,7 @@ void log_softmax(Context& context, T* log_probs, const T* logits, int rows, int 
 
 THPC_CUDA_TWIN(softmax_cross_entropy)
 THPC_CUDA_TWIN(softmax_cross_entropy_add)
+THPC_CUDA_TWIN(softmax_nll_rows)
 THPC_CUDA_TWIN(log_softmax)
 
 }  // namespace thpc::cuda

@@ -12,8 +12,9 @@
 // log-probabilities at every position, so of their sentence scores,
 // sum_i w_i log P_i(y | x). A hypothesis beam search found, ended by eos, scores its
 // Hypothesis::log_prob (with one model, up to the rounding of a whole pass against one
-// position a step). On a GPU the loss op's sums are read back once a sentence (a sync
-// each: ~100 a 4,096-token batch); not yet run on one.
+// position a step). The rows' nll come back once a logit chunk (softmax_nll_rows), not once
+// a sentence (on a GPU ~100 stream synchronisations a 4,096-token batch before); not yet
+// run on a GPU.
 #pragma once
 
 #include <cstddef>

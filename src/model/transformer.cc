@@ -586,31 +586,25 @@ std::vector<double> Transformer::target_log_probs(
   const int rows = s.batch_size * T;
   std::vector<double> log_probs(static_cast<size_t>(s.batch_size), 0.0);
   if (piece_log_probs != nullptr) piece_log_probs->assign(static_cast<size_t>(s.batch_size), {});
-  // The loss op with eps = 0 over `count` rows from `row` (logits `logits`): minus their
-  // log-probabilities' sum (pad rows add nothing).
-  const auto nll = [&](Tensor logits, int row, int count) {
-    return backend_.softmax_cross_entropy(Tensor{}, logits, s.tgt_out + row, count, vocab_, 0.0f,
-                                          ids_.pad, 0.0f).nll;
-  };
-  // The rows [first, first + count) of the pass, whose logits are `logits`: each
-  // sentence's share in one call (on a GPU a read-back each), or with piece_log_probs one
-  // call a target; a share of pad rows alone in none.
+  // The rows [first, first + count) of the pass, whose logits are `logits`: their nll in
+  // one call (on a GPU one read-back), each sentence's added in order from 0 (the bits of
+  // the loss op's sum over the sentence, on the CPU), each piece's kept with
+  // piece_log_probs. Pad rows (they trail) add nothing.
   const auto add_rows = [&](int first, int count, Tensor logits) {
+    const std::vector<double> nll =
+        backend_.softmax_nll_rows(logits, s.tgt_out + first, count, vocab_, ids_.pad);
     for (int b = first / T; b < s.batch_size && b * T < first + count; ++b) {
       const int begin = std::max(first, b * T), end = std::min(first + count, (b + 1) * T);
-      if (batch.tgt_out[static_cast<size_t>(begin)] == ids_.pad) continue;  // (pads trail)
-      if (piece_log_probs == nullptr) {
-        log_probs[static_cast<size_t>(b)] -=
-            nll(logits.slice(int64_t(begin - first) * vocab_, int64_t(end - begin) * vocab_),
-                begin, end - begin);
-        continue;
-      }
+      double sentence_nll = 0.0;
       for (int row = begin; row < end && batch.tgt_out[static_cast<size_t>(row)] != ids_.pad;
            ++row) {
-        const double one = nll(logits.slice(int64_t(row - first) * vocab_, vocab_), row, 1);
-        log_probs[static_cast<size_t>(b)] -= one;
-        (*piece_log_probs)[static_cast<size_t>(b)].push_back(static_cast<float>(-one));
+        const double one = nll[static_cast<size_t>(row - first)];
+        sentence_nll += one;
+        if (piece_log_probs != nullptr) {
+          (*piece_log_probs)[static_cast<size_t>(b)].push_back(static_cast<float>(-one));
+        }
       }
+      log_probs[static_cast<size_t>(b)] -= sentence_nll;
     }
   };
   const int64_t chunk = loss_chunk(rows);

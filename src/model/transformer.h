@@ -150,8 +150,8 @@ class Transformer {
   // entries), with the plain softmax (no label smoothing): host [batch.size]. The score
   // beam search gives a hypothesis it found (Hypothesis::log_prob), up to the rounding of
   // a whole pass against its one position a step (transformer_decode --score-reference).
-  // With `piece_log_probs`, also each sentence's log p(y_t | y_<t, x), t = 1 .. n + 1
-  // (one loss call a target instead of a sentence: on a GPU a read-back each).
+  // With `piece_log_probs`, also each sentence's log p(y_t | y_<t, x), t = 1 .. n + 1.
+  // The rows' nll come back once a logit chunk (softmax_nll_rows).
   std::vector<double> target_log_probs(const Batch& batch,
                                        std::vector<std::vector<float>>* piece_log_probs = nullptr);
 

@@ -5,7 +5,7 @@
 // in fp32 and bf16; without a GPU (or in a CPU-only build) they report SKIPPED.
 //
 // The twins cover pad rows, eps 0 and 0.1, aliasing, a 37000-ish and a small odd
-// vocabulary, sums only, and a bad target id.
+// vocabulary, sums only, each row's nll (softmax_nll_rows), and a bad target id.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +15,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -128,6 +129,66 @@ TEST(CrossEntropy, RejectsTargetOutsideVocabulary) {
   CrossEntropyProblem problem(rng);
   problem.targets[1] = CrossEntropyProblem::kVocab;
   EXPECT_THROW(problem.run(nullptr, 0.1f, 1.0f), Error);
+}
+
+// softmax_nll_rows keeps the loss op's rows apart: 0 on pad rows, the direct formula
+// elsewhere, and a run of rows added in order from 0 gives the loss op's nll over that run
+// bit for bit, in double and in float at a model's vocabulary (the libmvec rows): so
+// scoring's sentences, summed from the rows, keep the bits of one loss call a sentence.
+// A bad target throws, naming its row.
+TEST(CrossEntropy, NllRowsAreTheLossOpsRowsKeptApart) {
+  std::mt19937 rng(67);
+  const CrossEntropyProblem problem(rng);
+  constexpr int kRows = CrossEntropyProblem::kRows, kVocab = CrossEntropyProblem::kVocab;
+  constexpr int kPad = CrossEntropyProblem::kPad;
+  const std::vector<double> nll = cpu::softmax_nll_rows<double>(
+      problem.logits.data(), problem.targets.data(), kRows, kVocab, kPad);
+  ASSERT_EQ(nll.size(), static_cast<size_t>(kRows));
+  for (int r = 0; r < kRows; ++r) {
+    const int target = problem.targets[static_cast<size_t>(r)];
+    if (target == kPad) {
+      EXPECT_EQ(nll[static_cast<size_t>(r)], 0.0) << r;
+      continue;
+    }
+    EXPECT_NEAR(nll[static_cast<size_t>(r)],
+                direct_negative_log_probability(problem.logits.data() + r * kVocab, kVocab,
+                                                target),
+                1e-13)
+        << r;
+  }
+  const auto run_sum = [](const std::vector<double>& rows, int begin, int end) {
+    double sum = 0.0;
+    for (int r = begin; r < end; ++r) sum += rows[static_cast<size_t>(r)];
+    return sum;
+  };
+  for (const auto& [begin, end] : {std::pair{0, kRows}, std::pair{1, 5}, std::pair{3, 7}}) {
+    const LossSums sums = cpu::softmax_cross_entropy<double>(
+        nullptr, problem.logits.data() + begin * kVocab, problem.targets.data() + begin,
+        end - begin, kVocab, 0.1f, kPad, 1.0f);
+    EXPECT_EQ(run_sum(nll, begin, end), sums.nll) << begin << ".." << end;
+  }
+
+  const int rows = 5, vocab = 8003;
+  const std::vector<int32_t> targets{17, 8002, kPad, 1, 4000};
+  std::vector<float> logits(static_cast<size_t>(rows) * vocab);
+  std::uniform_real_distribution<float> uniform(-10.0f, 10.0f);
+  for (float& z : logits) z = uniform(rng);
+  const std::vector<double> float_rows =
+      cpu::softmax_nll_rows<float>(logits.data(), targets.data(), rows, vocab, kPad);
+  EXPECT_EQ(float_rows[2], 0.0);
+  for (const auto& [begin, end] : {std::pair{0, rows}, std::pair{3, 5}}) {
+    const LossSums sums = cpu::softmax_cross_entropy<float>(
+        nullptr, logits.data() + static_cast<size_t>(begin) * vocab, targets.data() + begin,
+        end - begin, vocab, 0.0f, kPad, 1.0f);
+    EXPECT_EQ(run_sum(float_rows, begin, end), sums.nll) << begin << ".." << end;
+  }
+
+  std::vector<int32_t> bad = problem.targets;
+  bad[4] = -3;
+  expect_error([&] {
+    cpu::softmax_nll_rows<double>(problem.logits.data(), bad.data(), kRows, kVocab, kPad);
+  }, {"target id -3", "row 4", "[0, 9)"});
+  EXPECT_TRUE(cpu::softmax_nll_rows<double>(nullptr, nullptr, 0, kVocab, kPad).empty());
 }
 
 TEST(LogSoftmax, MatchesDirectFormulaIsStableAndMayAlias) {
@@ -583,6 +644,54 @@ TEST(CudaCrossEntropy, BadTargetThrows) {
     data.targets[6] = 4;
     const LossResult ok = run_loss(*twins.gpu, dtype, c, data, 1.0f, 2);
     EXPECT_EQ(ok.sums.tokens, c.rows - 1);
+  }
+}
+
+// softmax_nll_rows on the GPU: softmax_cross_entropy's row kernels as they are (the
+// scalar ones at the odd vocabularies, the vectorised at 8 and 37,000), each row's nll
+// read back: against the CPU's row by row, to the sums' bound for one row (1e-4 + 1e-5
+// relative: the fp32 log-sum-exp of up to 37003 terms), in both compute dtypes (bf16
+// rounds only the inputs, which both sides read); pad rows exactly 0; every other row
+// positive (a row left unwritten would read as the scratch's last contents); no rows:
+// nothing; a bad target throws naming its row, and the backend goes on.
+TEST(CudaCrossEntropy, NllRowsMatchCpu) {
+  THPC_REQUIRE_GPU();
+  std::vector<LossCase> cases = loss_cases();
+  cases.push_back({"vocab_8", 9, 8, 0.0f, 2});
+  cases.push_back({"vocab_37000", 6, 37000, 0.0f, 2});
+  for (DType dtype : gpu_compute_dtypes()) {
+    std::mt19937 rng(24);
+    Twins twins(dtype);
+    const auto nll_rows = [&](Backend& backend, DType in, const LossCase& c,
+                              const LossData& data) {
+      Scope scope(backend);
+      const Tensor logits = scope.put(in, data.logits);
+      const int32_t* targets = scope.put_ids(data.targets);
+      return backend.softmax_nll_rows(logits, targets, c.rows, c.vocab, kPad);
+    };
+    for (const LossCase& c : cases) {
+      SCOPED_TRACE(c.name + " in " + dtype_name(dtype));
+      const LossData data(c, dtype, rng);
+      const std::vector<double> cpu = nll_rows(*twins.cpu, DType::F32, c, data);
+      const std::vector<double> gpu = nll_rows(*twins.gpu, dtype, c, data);
+      ASSERT_EQ(gpu.size(), cpu.size());
+      for (size_t r = 0; r < gpu.size(); ++r) {
+        if (data.targets[r] == kPad) {
+          EXPECT_EQ(gpu[r], 0.0) << "pad row " << r;
+          continue;
+        }
+        EXPECT_GT(gpu[r], 0.0) << r;
+        EXPECT_NEAR(gpu[r], cpu[r], 1e-4 + 1e-5 * std::abs(cpu[r])) << r;
+      }
+    }
+    const LossCase bad{"bad", 8, 37, 0.0f, 1};
+    LossData data(bad, dtype, rng);
+    data.targets[5] = 37;
+    expect_error([&] { nll_rows(*twins.gpu, dtype, bad, data); },
+                 {"target id 37", "row 5", "[0, 37)"});
+    data.targets[5] = 2;
+    EXPECT_EQ(nll_rows(*twins.gpu, dtype, bad, data).size(), 8u);
+    EXPECT_TRUE(twins.gpu->softmax_nll_rows(Tensor{}, nullptr, 0, 37, kPad).empty());
   }
 }
 
