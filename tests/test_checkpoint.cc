@@ -1905,6 +1905,7 @@ TEST(ArchitectureText, EveryModelKeyIsRecordedOrNamedAsNotShapingTheParameters) 
   const std::map<std::string, std::string> not_recorded = {
       {"dropout", "regularisation of training: the same parameters, any rate"},
       {"attention_dropout", "regularisation of training"},
+      {"activation_dropout", "regularisation of training"},
       {"label_smoothing", "the training loss, not the model"},
       {"layernorm_eps", "a numerical guard: another eps computes nearly the same function"},
       {"fused_ops", "which kernels compute the same function"},

@@ -37,7 +37,8 @@ const std::string kTinyIni = kInputDir + "tiny.ini";
 const std::vector<std::string> kAllKeys = {
     "model.layers",          "model.d_model",         "model.d_ff",
     "model.heads",           "model.d_k",             "model.d_v",
-    "model.dropout",         "model.attention_dropout", "model.label_smoothing",
+    "model.dropout",         "model.attention_dropout", "model.activation_dropout",
+    "model.label_smoothing",
     "model.positions",       "model.max_positions",   "model.vocab_size",
     "model.attention_bias",  "model.layernorm_eps",   "model.norm",
     "model.fused_ops",
@@ -440,7 +441,8 @@ TEST(Config, ExplicitHeadWidthsAllowIndivisibleHeads) {
 const std::vector<std::string> kUnusualValues = {
     "model.layers=3",          "model.d_model=96",       "model.d_ff=200",
     "model.heads=6",           "model.d_k=20",           "model.d_v=24",
-    "model.dropout=0.15",      "model.attention_dropout=0.05", "model.label_smoothing=0.2",
+    "model.dropout=0.15",      "model.attention_dropout=0.05", "model.activation_dropout=0.07",
+    "model.label_smoothing=0.2",
     "model.positions=learned", "model.max_positions=40", "model.vocab_size=123",
     "model.attention_bias=true", "model.layernorm_eps=1e-6", "model.norm=pre", "model.fused_ops=off",
     "train.backend=cpu",
@@ -1009,6 +1011,8 @@ TEST(Config, AnUnknownKeySaysTheKeyMostLikelyMeant) {
       {"train.update_freq", "here it is train.accumulate, micro-batches that share "
                             "train.tokens_per_step (fairseq's --update-freq multiplies"},
       {"train.weight_decay", "there is none here: the paper's Adam has no weight decay"},
+      {"model.relu_dropout", "here it is model.activation_dropout (tensor2tensor's name)"},
+      {"transformer-dropout-ffn", "here it is model.activation_dropout (Marian's name)"},
       // fairseq's spelling, with '-'; and its name where its section is not the key's
       // ([decode] has no step to size: fairseq-generate's --max-tokens is a batch).
       {"train.max-tokens", "here it is train.tokens_per_step"},
@@ -1074,6 +1078,7 @@ TEST(Config, BadValuesNameKeyAndFile) {
        "hold about 7 significant digits)"},
       {{"model.attention_dropout=1"}, "model.attention_dropout"},
       {{"model.attention_dropout=-0.5"}, "model.attention_dropout"},
+      {{"model.activation_dropout=1"}, "model.activation_dropout: must be in [0, 1), got 1"},
       {{"model.label_smoothing=1"}, "model.label_smoothing"},
       {{"model.label_smoothing=-0.1"}, "model.label_smoothing"},
       {{"model.positions=absolute"},

@@ -79,9 +79,16 @@ double scaled_max_difference(const std::vector<float>& a, const std::vector<floa
 // agree within 1e-4 relative (the bound). The GPU sums in other orders (GEMM
 // tiling, block reductions): each op differs by ~1e-6 relative, and three Adam steps
 // (whose first updates are ~lr * sign(g)) keep the parameters within ~1e-5.
-void expect_fp32_steps_match_the_cpu(const std::string& gpu_setting) {
-  Trainer cpu(tiny({"train.backend=cpu"}));
-  Trainer gpu(tiny({"train.backend=cuda", "train.precision=fp32", gpu_setting}));
+// `both_settings`: the model's settings, given to both trainers.
+void expect_fp32_steps_match_the_cpu(const std::string& gpu_setting,
+                                     const std::vector<std::string>& both_settings = {}) {
+  std::vector<std::string> cpu_settings = {"train.backend=cpu"};
+  std::vector<std::string> gpu_settings = {"train.backend=cuda", "train.precision=fp32",
+                                           gpu_setting};
+  cpu_settings.insert(cpu_settings.end(), both_settings.begin(), both_settings.end());
+  gpu_settings.insert(gpu_settings.end(), both_settings.begin(), both_settings.end());
+  Trainer cpu(tiny(cpu_settings));
+  Trainer gpu(tiny(gpu_settings));
   for (int step = 0; step < 3; ++step) {
     const StepStats a = cpu.step();
     const StepStats b = gpu.step();
@@ -121,6 +128,15 @@ TEST(CudaTraining, Fp32ThreeStepsWithCandidateKernelsMatchTheCpu) {
 TEST(CudaTraining, Fp32ThreeStepsWithFusedOpsMatchTheCpu) {
   THPC_REQUIRE_REAL_GPU();
   expect_fp32_steps_match_the_cpu("model.fused_ops=on");
+}
+
+// model.activation_dropout (2026-12-07, not yet run on a GPU): the FFN's hidden layer
+// dropped with the dropout ops that already ran on a GPU (their masks are the CPU's, drawn
+// from the same keys), W2's input the dropped layer, the ReLU's backward after the
+// dropout's: the same 1e-4 as the model without it.
+TEST(CudaTraining, Fp32ThreeStepsWithActivationDropoutMatchTheCpu) {
+  THPC_REQUIRE_REAL_GPU();
+  expect_fp32_steps_match_the_cpu("model.fused_ops=auto", {"model.activation_dropout=0.2"});
 }
 
 // The short-sentence attention (kernels/cuda/short_attention.cuh) through the whole model:

@@ -19,6 +19,7 @@
 #include "data/synthetic.h"
 #include "decode_oracles.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/forwarding_backend.h"
 #include "model/transformer.h"
 #include "model/transformer_state.h"
 #include "program.h"
@@ -189,19 +190,23 @@ std::vector<double> download_f64(Backend& backend, Tensor t) {
   return host;
 }
 
-// (learned positions, attention biases, model.fused_ops, model.norm): the fused sub-layer
-// ops and the separate ones are each differentiated by hand, and so is pre-norm (its
-// layers, the stacks' lead-in norms and final norms: every parameter tensor is sampled,
-// encoder.norm and decoder.norm among them, and the embedding's gradient has come
-// through all of it).
+// (learned positions, attention biases, model.fused_ops, model.norm,
+// model.activation_dropout): the fused sub-layer ops and the separate ones are each
+// differentiated by hand, and so is pre-norm (its layers, the stacks' lead-in norms and
+// final norms: every parameter tensor is sampled, encoder.norm and decoder.norm among
+// them, and the embedding's gradient has come through all of it), and the FFN's
+// activation dropout (W2's input the dropped hidden layer, the ReLU's backward through
+// the same mask).
 class ModelGradient
-    : public ::testing::TestWithParam<std::tuple<bool, bool, const char*, const char*>> {};
+    : public ::testing::TestWithParam<std::tuple<bool, bool, const char*, const char*, float>> {};
 
 TEST_P(ModelGradient, MatchesCentralDifferences) {
-  const auto [learned_positions, attention_bias, fused_ops, norm] = GetParam();
+  const auto [learned_positions, attention_bias, fused_ops, norm, activation_dropout] =
+      GetParam();
   ModelConfig c = small_model(learned_positions, attention_bias);
   c.fused_ops = fused_ops;
   c.norm = norm;
+  c.activation_dropout = activation_dropout;
   auto backend = make_cpu_backend(DType::F64);
   Transformer model(c, 13, SpecialIds{}, *backend, 7);
   const Batch batch = small_batch();
@@ -246,14 +251,69 @@ TEST_P(ModelGradient, MatchesCentralDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, ModelGradient,
-                         ::testing::Values(std::make_tuple(false, false, "on", "post"),
-                                           std::make_tuple(true, true, "on", "post"),
-                                           std::make_tuple(false, false, "off", "post"),
-                                           std::make_tuple(true, true, "off", "post"),
-                                           std::make_tuple(false, false, "on", "pre"),
-                                           std::make_tuple(true, true, "on", "pre"),
-                                           std::make_tuple(false, false, "off", "pre"),
-                                           std::make_tuple(true, true, "off", "pre")));
+                         ::testing::Values(std::make_tuple(false, false, "on", "post", 0.0f),
+                                           std::make_tuple(true, true, "on", "post", 0.0f),
+                                           std::make_tuple(false, false, "off", "post", 0.0f),
+                                           std::make_tuple(true, true, "off", "post", 0.0f),
+                                           std::make_tuple(false, false, "on", "pre", 0.0f),
+                                           std::make_tuple(true, true, "on", "pre", 0.0f),
+                                           std::make_tuple(false, false, "off", "pre", 0.0f),
+                                           std::make_tuple(true, true, "off", "pre", 0.0f),
+                                           std::make_tuple(false, false, "on", "post", 0.3f),
+                                           std::make_tuple(true, true, "off", "pre", 0.3f)));
+
+// model.activation_dropout (fairseq's --activation-dropout): in a training pass each layer's
+// FFN draws one dropout over its [rows, d_ff] hidden layer with the key's own site
+// (SiteSlot::FfnActivation, the layer's number) and rate; evaluation (and so decoding)
+// draws none, and with rate 0 training draws none either. It changes the training loss
+// and not the evaluation's; ModelGradient holds its backward to finite differences.
+class DropoutCounting : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  void dropout_forward(Tensor y, Tensor x, int64_t n, float p, DropoutKey key) override {
+    if ((key.site & 0xF) == static_cast<uint32_t>(model_detail::SiteSlot::FfnActivation)) {
+      sites.insert(key.site);
+      sizes.insert(n);
+      rates.insert(p);
+      ++ffn_calls;
+    }
+    inner().dropout_forward(y, x, n, p, key);
+  }
+  std::set<uint32_t> sites;
+  std::set<int64_t> sizes;
+  std::set<float> rates;
+  int ffn_calls = 0;
+};
+
+TEST(ActivationDropout, DropsEachFfnsHiddenLayerInTrainingOnly) {
+  const Batch batch = small_batch();
+  const DropoutContext dropout{11, 3, 1};
+  std::vector<double> train_losses, valid_losses;
+  for (const float rate : {0.0f, 0.25f}) {
+    SCOPED_TRACE(rate);
+    ModelConfig c = small_model(false, false);
+    c.activation_dropout = rate;
+    auto inner = make_cpu_backend(DType::F64);
+    DropoutCounting counting(*inner);
+    Transformer model(c, 13, SpecialIds{}, counting, 7);
+    train_losses.push_back(model.train_step(batch, 0.0f, dropout).loss);
+    if (rate == 0.0f) {
+      EXPECT_EQ(counting.ffn_calls, 0);
+    } else {
+      EXPECT_EQ(counting.ffn_calls, 2 * c.layers);  // the encoder's layers and the decoder's
+      EXPECT_EQ(counting.sites.size(), static_cast<size_t>(2 * c.layers));
+      const int64_t src_rows = int64_t(batch.size) * batch.src_len;
+      const int64_t tgt_rows = int64_t(batch.size) * batch.tgt_len;
+      EXPECT_EQ(counting.sizes, (std::set<int64_t>{src_rows * c.d_ff, tgt_rows * c.d_ff}));
+      EXPECT_EQ(counting.rates, std::set<float>{rate});
+    }
+    counting.ffn_calls = 0;
+    valid_losses.push_back(model.evaluate(batch).loss);
+    EXPECT_EQ(counting.ffn_calls, 0);
+  }
+  EXPECT_GT(std::abs(train_losses[1] - train_losses[0]), 1e-6 * train_losses[0]);
+  EXPECT_EQ(valid_losses[1], valid_losses[0]);
+}
 
 // model.fused_ops on the CPU: the fused sub-layer ops give the separate ops' bits, so
 // training (dropout on, three steps with Adam, threaded sizes: rows * d_model >= 2^15)

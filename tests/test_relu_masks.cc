@@ -71,23 +71,63 @@ TEST(ReluMasks, TrainingThroughTheMaskedOpsIsTheFusedOpsBitForBit) {
   }
 }
 
-// A captured pass holds the masked ops with their masks' addresses (in the pass's arena,
-// as its other activations): through the CPU's stand-in for graphs, the same steps again.
-TEST(ReluMasks, CapturedPassesKeepTheirMasks) {
-  const std::vector<Batch> batches = test::batches_of_shapes(3, 12, kVocab, 10, 42);
-  const ModelConfig config = test::small_model("post");
+// Nine steps of `config` over `batches` on the plain CPU backend (`expected`), and through
+// a mask-keeping backend under the CPU's stand-in for graphs (`captured`), with the
+// stand-ins' counts.
+struct CapturedThroughMasks {
+  test::StepsRun expected, captured;
+  int masked_forwards = 0, masked_backwards = 0, fused_relu_backwards = 0;
+  std::string last_refusal;
+};
+CapturedThroughMasks run_captured_through_masks(const ModelConfig& config,
+                                                const std::vector<Batch>& batches) {
   auto plain = make_cpu_backend(DType::F32);
   auto inner = make_cpu_backend(DType::F32);
   MaskKeepingBackend masking(*inner);
   CapturingBackend capturing(masking);
-  const test::StepsRun expected =
+  CapturedThroughMasks run;
+  run.expected = test::run_training_steps(*plain, config, kVocab, batches, 9, 2, 3, 5);
+  run.captured = test::run_training_steps(capturing, config, kVocab, batches, 9, 2, 3, 5);
+  run.masked_forwards = masking.masked_forwards;
+  run.masked_backwards = masking.masked_backwards;
+  run.fused_relu_backwards = masking.fused_relu_backwards;
+  run.last_refusal = capturing.last_refusal();
+  return run;
+}
+
+// A captured pass holds the masked ops with their masks' addresses (in the pass's arena,
+// as its other activations): through the CPU's stand-in for graphs, the same steps again.
+TEST(ReluMasks, CapturedPassesKeepTheirMasks) {
+  const CapturedThroughMasks run = run_captured_through_masks(
+      test::small_model("post"), test::batches_of_shapes(3, 12, kVocab, 10, 42));
+  test::expect_same_steps(run.captured, run.expected);
+  EXPECT_GT(run.captured.counts.replays, 0);
+  EXPECT_EQ(run.captured.counts.refused, 0) << run.last_refusal;
+  EXPECT_GT(run.masked_backwards, 0);
+}
+
+// With model.activation_dropout the ReLU's mask is not kept (W2's input is the dropped
+// hidden layer, whose gradient must pass through the dropout before the ReLU): a backend
+// that keeps masks trains through relu_bias_backward, as the CPU does, bit for bit; and
+// captured passes (the new dropout site's key read from the step's inputs, as the
+// others') replay the same steps as uncaptured ones.
+TEST(ReluMasks, ActivationDropoutTakesTheUnmaskedPathCapturedOrNot) {
+  const std::vector<Batch> batches = test::batches_of_shapes(3, 12, kVocab, 10, 43);
+  ModelConfig config = test::small_model("post");
+  config.activation_dropout = 0.2f;
+  const CapturedThroughMasks run = run_captured_through_masks(config, batches);
+  test::expect_same_steps(run.captured, run.expected);
+  EXPECT_GT(run.captured.counts.replays, 0);
+  EXPECT_EQ(run.captured.counts.refused, 0) << run.last_refusal;
+  EXPECT_EQ(run.masked_forwards, 0);
+  EXPECT_EQ(run.masked_backwards, 0);
+  EXPECT_GT(run.fused_relu_backwards, 0);
+  // And the rate matters: the same steps without it train otherwise.
+  config.activation_dropout = 0.0f;
+  auto plain = make_cpu_backend(DType::F32);
+  const test::StepsRun without =
       test::run_training_steps(*plain, config, kVocab, batches, 9, 2, 3, 5);
-  const test::StepsRun captured =
-      test::run_training_steps(capturing, config, kVocab, batches, 9, 2, 3, 5);
-  test::expect_same_steps(captured, expected);
-  EXPECT_GT(captured.counts.replays, 0);
-  EXPECT_EQ(captured.counts.refused, 0) << capturing.last_refusal();
-  EXPECT_GT(masking.masked_backwards, 0);
+  EXPECT_NE(without.params, run.expected.params);
 }
 
 }  // namespace

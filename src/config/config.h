@@ -24,6 +24,10 @@ struct ModelConfig {
   int d_v = 0;                // per-head value width; 0 = d_model / h
   float dropout = 0.1f;       // P_drop on sub-layer outputs and embeddings (§5.4)
   float attention_dropout = 0.0f;  // on attention probabilities (the parser uses it)
+  // On the FFN's hidden layer, after the ReLU: FFN(x) = Dropout(max(0, x W1 + b1)) W2 + b2
+  // (fairseq's --activation-dropout, Marian's --transformer-dropout-ffn, tensor2tensor's
+  // relu_dropout; not in the paper).
+  float activation_dropout = 0.0f;
   float label_smoothing = 0.1f;    // eps_ls (§5.4)
   std::string positions = "sinusoidal";  // sinusoidal | learned (Table 3 row E)
   int max_positions = 1024;   // longest sequence the position table covers

@@ -130,6 +130,9 @@ const std::vector<Option>& option_table() {
                   "P_drop on sub-layer outputs and embedding sums (§5.4)"),
       THPC_OPTION(model, attention_dropout, THPC_FRACTION,
                   "dropout on attention probabilities (not in the paper)"),
+      THPC_OPTION(model, activation_dropout, THPC_FRACTION,
+                  "dropout on the FFN's hidden layer after the ReLU (not in the paper; "
+                  "fairseq --activation-dropout, tensor2tensor relu_dropout)"),
       THPC_OPTION(model, label_smoothing, THPC_FRACTION, "eps_ls (§5.4)"),
       THPC_OPTION(model, positions, THPC_ONE_OF("sinusoidal", "learned"),
                   "position encoding (§3.5; learned is Table 3 row E)"),
@@ -686,6 +689,8 @@ constexpr OtherToolkitsName kOtherToolkitsNames[] = {
     {"checkpoint", "keep_last_epochs", "here it is checkpoint.keep, of checkpoints saved by steps"},
     {"checkpoint", "keep_interval_updates", "here it is checkpoint.keep"},
     {"train", "weight_decay", "there is none here: the paper's Adam has no weight decay"},
+    {"model", "relu_dropout", "here it is model.activation_dropout (tensor2tensor's name)"},
+    {"model", "transformer_dropout_ffn", "here it is model.activation_dropout (Marian's name)"},
     {"train", "fp16", "here it is train.precision = bf16, on the GPU (the CPU trains in fp32)"},
 };
 

@@ -47,6 +47,7 @@ struct LayerPass {
   DropoutContext dropout;             // which masks (training)
   float p_drop = 0.0f;                // residual dropout (§5.4)
   float p_attn = 0.0f;                // attention dropout
+  float p_act = 0.0f;                 // activation dropout (the FFN's hidden layer)
   int batch = 0, len = 0;             // batch sentences of len positions, row b * len + t
   bool causal = false;                // the decoder's self-attention sees no later position
   const int32_t* lengths = nullptr;   // the self-attention's key lengths [batch]
@@ -127,7 +128,8 @@ inline void layer_forward(Sublayers& sub, LayerActs& a, Arena& arena, LayerInput
                          rows, pass.p_drop, pass.key(layer, SiteSlot::CrossAttentionResidual));
     in = sub.after(a.norm2);
   }
-  sub.ffn_forward(a.ffn, arena, in.normed, p.ffn, rows, pass.keep_probabilities);
+  sub.ffn_forward(a.ffn, arena, in.normed, p.ffn, rows, pass.keep_probabilities, pass.p_act,
+                  pass.key(layer, SiteSlot::FfnActivation));
   sub.add_norm_forward(cross ? a.norm3 : a.norm2, arena, in.x, a.ffn.out, *norms.ffn, rows,
                        pass.p_drop, pass.key(layer, SiteSlot::FfnResidual));
 }
@@ -160,7 +162,8 @@ inline void layer_backward(Sublayers& sub, Tensor d_x, Tensor d_y, Tensor d_stre
   sub.add_norm_backward(residual_gradient(d_ffn_in), d_ffn_out, d_y, cross ? a.norm3 : a.norm2,
                         *norms.ffn, scratch, rows, pass.p_drop,
                         pass.key(layer, SiteSlot::FfnResidual));
-  sub.ffn_backward(d_ffn_in, d_ffn_out, a.ffn, ffn_in, p.ffn, rows, scratch);
+  sub.ffn_backward(d_ffn_in, d_ffn_out, a.ffn, ffn_in, p.ffn, rows, scratch, pass.p_act,
+                   pass.key(layer, SiteSlot::FfnActivation));
   Tensor d_norm1_y = d_ffn_in;
   if (cross) {
     d_norm1_y = scratch.take(sub.act, n);

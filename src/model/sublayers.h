@@ -277,13 +277,19 @@ struct Sublayers {
   }
 
   // ---- FFN(x) = max(0, x W1 + b1) W2 + b2 (§3.3) ----
+  // With activation dropout p_act > 0 (model.activation_dropout, training only):
+  // Dropout(max(0, x W1 + b1)) W2 + b2, the mask drawn from `key`; W2's input is then
+  // kept apart (a.dropped) for its weight gradient, and the ReLU's mask path, whose
+  // backward fuses the ReLU into W2's input-gradient product, is not taken.
   // `for_backward`: a pass whose backward follows (the ReLU's mask is kept where the
   // backend keeps one).
   void ffn_forward(FfnActs& a, Arena& arena, Tensor x, const FfnParams& p, int rows,
-                   bool for_backward) {
-    a.hidden = arena.take(act, int64_t(rows) * c.d_ff);
+                   bool for_backward, float p_act = 0.0f, DropoutKey key = {}) {
+    const int64_t n = int64_t(rows) * c.d_ff;
+    a.hidden = arena.take(act, n);
     a.out = arena.take(act, int64_t(rows) * d);
-    const int64_t mask_words = fused && for_backward ? ops.relu_mask_words(rows, c.d_ff) : 0;
+    const int64_t mask_words =
+        fused && for_backward && p_act == 0.0f ? ops.relu_mask_words(rows, c.d_ff) : 0;
     // 32-bit words in an fp32-typed block (the arena's unit; its bits are not floats).
     a.relu_mask = mask_words > 0 ? static_cast<uint32_t*>(arena.take(DType::F32, mask_words).data)
                                  : nullptr;
@@ -294,24 +300,36 @@ struct Sublayers {
       ops.linear_relu_forward(a.hidden, x, p.w1.value, p.b1.value, rows, d, c.d_ff);
     } else {
       ops.linear_forward(a.hidden, x, p.w1.value, p.b1.value, rows, d, c.d_ff);
-      ops.relu_forward(a.hidden, a.hidden, int64_t(rows) * c.d_ff);  // in place
+      ops.relu_forward(a.hidden, a.hidden, n);  // in place
     }
-    ops.linear_forward(a.out, a.hidden, p.w2.value, p.b2.value, rows, c.d_ff, d);
+    a.dropped = Tensor{};
+    if (p_act > 0.0f) {
+      a.dropped = arena.take(act, n);
+      ops.dropout_forward(a.dropped, a.hidden, n, p_act, key);
+    }
+    ops.linear_forward(a.out, a.dropped ? a.dropped : a.hidden, p.w2.value, p.b2.value, rows,
+                       c.d_ff, d);
   }
   void ffn_backward(Tensor d_x, Tensor d_out, const FfnActs& a, Tensor x, const FfnParams& p,
-                    int rows, Arena& scratch) {
+                    int rows, Arena& scratch, float p_act = 0.0f, DropoutKey key = {}) {
+    const int64_t n = int64_t(rows) * c.d_ff;
     if (a.relu_mask != nullptr) {  // the ReLU's backward inside W2's input-gradient GEMM
-      Tensor d_pre = scratch.take(act, int64_t(rows) * c.d_ff);
+      Tensor d_pre = scratch.take(act, n);
       ops.linear_relu_backward(d_pre, p.w2.grad, p.b2.grad, d_out, a.hidden, a.relu_mask,
                                p.w2.value, rows, c.d_ff, d);
       ops.linear_backward(d_x, p.w1.grad, p.b1.grad, d_pre, x, p.w1.value, rows, d, c.d_ff,
                           input_store());
       return;
     }
-    Tensor d_hidden = scratch.take(act, int64_t(rows) * c.d_ff);
-    ops.linear_backward(d_hidden, p.w2.grad, p.b2.grad, d_out, a.hidden, p.w2.value, rows,
-                        c.d_ff, d, GradStore::kWrite);
-    Tensor d_pre = scratch.take(act, int64_t(rows) * c.d_ff);
+    Tensor d_hidden = scratch.take(act, n);
+    ops.linear_backward(d_hidden, p.w2.grad, p.b2.grad, d_out, a.dropped ? a.dropped : a.hidden,
+                        p.w2.value, rows, c.d_ff, d, GradStore::kWrite);
+    if (a.dropped) {  // through the dropout: the same mask, drawn again from the key
+      Tensor d_kept = scratch.take(act, n);
+      ops.dropout_backward(d_kept, d_hidden, n, p_act, key, GradStore::kWrite);
+      d_hidden = d_kept;
+    }
+    Tensor d_pre = scratch.take(act, n);
     if (fused) {  // b1's gradient summed in the ReLU's pass
       ops.relu_bias_backward(d_pre, p.b1.grad, d_hidden, a.hidden, rows, c.d_ff,
                              GradStore::kWrite);
@@ -319,7 +337,7 @@ struct Sublayers {
                           input_store());
       return;
     }
-    ops.relu_backward(d_pre, d_hidden, a.hidden, int64_t(rows) * c.d_ff, GradStore::kWrite);
+    ops.relu_backward(d_pre, d_hidden, a.hidden, n, GradStore::kWrite);
     ops.linear_backward(d_x, p.w1.grad, p.b1.grad, d_pre, x, p.w1.value, rows, d, c.d_ff,
                         input_store());
   }

@@ -58,6 +58,7 @@ LayerPass stack_pass(const ModelConfig& c, SitePart part, int batch, int len,
   pass.dropout = ctx;
   pass.p_drop = train ? c.dropout : 0.0f;
   pass.p_attn = train ? c.attention_dropout : 0.0f;
+  pass.p_act = train ? c.activation_dropout : 0.0f;
   pass.batch = batch;
   pass.len = len;
   pass.lengths = lengths;

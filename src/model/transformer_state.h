@@ -27,6 +27,7 @@ enum class SiteSlot : uint32_t {
   FfnResidual = 4,
   SourceEmbedding = 5,
   TargetEmbedding = 6,
+  FfnActivation = 7,  // model.activation_dropout, on the FFN's hidden layer
 };
 
 inline DropoutKey dropout_key(const DropoutContext& ctx, SitePart part, int layer,
@@ -98,6 +99,7 @@ struct LayerInput {
 };
 struct FfnActs {
   Tensor hidden;  // max(0, x W1 + b1) [R, d_ff]
+  Tensor dropped;  // Dropout(hidden), W2's input, with activation dropout; else empty
   Tensor out;     // hidden W2 + b2 [R, d]
   // The ReLU's bit-mask, Backend::relu_mask_words(R, d_ff) words, where the backend keeps
   // one for the backward (a GPU with the candidate relu_masks); null elsewhere.
