@@ -404,6 +404,16 @@ dry_run() {
   echo "dry-run: the candidate stage's pattern takes $matched of the $all_candidates CudaCandidate* tests"
   [ "$matched" = "$all_candidates" ] ||
     problem "CANDIDATE_TWINS ($CANDIDATE_TWINS) leaves CudaCandidate tests out"
+  # Every candidate twin suite names a candidate of kernels/ops.h, which a failed twin then
+  # holds back (candidates_whose_twins_passed), and the names are there to be read.
+  local names suite_names unnamed
+  names=$(candidate_names)
+  [ -n "$names" ] || problem "no candidate names read from kernels/ops.h (candidate_names)"
+  suite_names=$(ctest --test-dir "${BUILD:-build}" -N -R "^CudaCandidate" 2>/dev/null |
+    grep -oE "CudaCandidate[A-Za-z0-9]*[.]" | sort -u | candidate_of_suite)
+  unnamed=$(comm -23 <(echo "$suite_names" | sort -u) <(echo "$names" | sort -u) | paste -sd' ')
+  echo "dry-run: candidates $(echo "$names" | paste -sd,); suites without a candidate: ${unnamed:-none}"
+  [ -z "$unnamed" ] || problem "CudaCandidate suites that name no candidate: $unnamed"
   # The calls rehearsed on the CPU (--rehearse): their commands, arguments and logs.
   local call rehearsal_out
   for call in step ranks followup; do
@@ -666,12 +676,25 @@ passing_candidates() {
   candidates_whose_twins_passed "$failed" | paste -sd,
 }
 
+# The candidate kernels' names (one a line), from kernels/ops.h's THPC_CANDIDATE_KERNELS
+# (X(kEnumerator, bit, "name") lines). Until 2026-12-07 this read kernels/ops.cc's former
+# {"name", kEnumerator} table, which the list replaced on 2026-12-06: it read nothing, and
+# the failed-twins fallback and the per-candidate profiles would have measured none.
+candidate_names() {
+  grep -oE 'X\(k[A-Za-z0-9]+, [0-9]+, "[a-z0-9_]+"\)' kernels/ops.h | cut -d'"' -f2
+}
+
+# The CudaCandidate* suites' candidate names: CudaCandidateFastLossExp.X -> fast_loss_exp.
+candidate_of_suite() {
+  sed -E 's/^CudaCandidate([A-Za-z0-9]*)[.].*/\1/' | sed -E 's/([a-z0-9])([A-Z])/\1_\2/g' |
+    tr 'A-Z' 'a-z'
+}
+
 # The candidates (one a line) whose CudaCandidate* suites are not among the failed tests $1.
 candidates_whose_twins_passed() {
   local failed=$1 name suite
-  for name in $(grep -v "^ *//" kernels/ops.cc | grep -oE '\{"[a-z0-9_]+", k[A-Za-z0-9]+\}' | cut -d'"' -f2); do
-    suite=$(echo "$failed" | sed -E 's/^CudaCandidate([A-Za-z0-9]*)[.].*/\1/' |
-      sed -E 's/([a-z0-9])([A-Z])/\1_\2/g' | tr 'A-Z' 'a-z' | grep -x "$name" || true)
+  for name in $(candidate_names); do
+    suite=$(echo "$failed" | candidate_of_suite | grep -x "$name" || true)
     [ -z "$suite" ] && echo "$name"
   done
   return 0
@@ -1032,8 +1055,7 @@ measured_candidates() {
   [ "$(kernel_settings | wc -l)" -gt 1 ] || return 0
   local setting=${CANDIDATE_SETTING:-candidate}
   if [ "$setting" = candidate ]; then
-    setting=$(grep -v "^ *//" kernels/ops.cc | grep -oE '\{"[a-z0-9_]+", k[A-Za-z0-9]+\}' |
-      cut -d'"' -f2 | paste -sd,)
+    setting=$(candidate_names | paste -sd,)
   fi
   echo "$setting"
 }
