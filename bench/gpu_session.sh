@@ -285,7 +285,7 @@ readonly PLAN=(
   "start|machine start (counted, not in a call)|60|120"
   "1|setup: gpu-bundle unpacked, nvidia-smi|10|20"
   "1|build: bench_step, transformer_hpc, kernel twin tests, test_cuda_training (16 cores)|20|110"
-  "1|candidate twins (CudaCandidate*: fused_attention, step_graphs, relu_masks, weight_grads_beside, fuller_column_sums, worker_graphs, fused_norm_grads, fast_loss_exp, bias_grads_in_gemm) and the whole model with them|5|35"
+  "1|candidate twins (CudaCandidate*: fused_attention, step_graphs, relu_masks, weight_grads_beside, fuller_column_sums, worker_graphs, fused_norm_grads, fast_loss_exp, bias_grads_in_gemm, weight_decay) and the whole model with them|5|35"
   "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
   "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short vs batched; decoding|3|25"
   "1|the timings wait for the CUDA-graph peer's compilation, begun beside the twins (WARM_PEER; until 260 s of the call); meanwhile memcheck of WAIT_MEMCHECK's candidate twins, then racecheck of the fused attention's and fused_norm_grads' (WAIT_RACECHECK)|0|150"

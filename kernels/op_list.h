@@ -237,6 +237,12 @@ THPC_OP(void, row_top_k,
 // updated params in the compute dtype (the weights the GEMMs read: ParamStore's compute
 // copy, a conversion of each value as copy() does); null where the weights are the
 // params themselves.
+// x -= decay * x, each element (decay = lr x train.weight_decay, one rounding of that
+// product: p (1 - decay) would round 1 - decay, which at lr x weight_decay ~ 1e-7 is
+// a float step away from 1): decoupled weight decay (Loshchilov & Hutter's AdamW, fairseq's
+// Adam with --weight-decay) on the masters, before adam_update, which then writes the
+// compute copy from them. On the GPU the candidate weight_decay (not yet run on one).
+THPC_OP(void, decay_weights, (ParamOut x, int64_t n, float decay), (x, n, decay))
 THPC_OP(void, adam_update,
         (ParamOut params, Out compute, ParamIn grads, ParamOut m, ParamOut v, int64_t n,
          float lr, float beta1, float beta2, float eps, int64_t step),

@@ -50,7 +50,8 @@ const std::vector<std::string> kAllKeys = {
     "train.lr_scale",
     "train.adam_beta1",      "train.adam_beta2",      "train.adam_eps",
     "train.log_every",       "train.threads",         "train.valid_every",
-    "train.clip_norm",       "train.metrics_dir",     "train.valid_bleu",
+    "train.clip_norm",       "train.weight_decay",    "train.metrics_dir",
+    "train.valid_bleu",
     "train.valid_beam",      "train.valid_bleu_tokenize", "train.valid_metric",
     "train.divergence",      "train.divergence_loss_factor", "train.divergence_gnorm_factor",
     "train.divergence_warmup", "train.divergence_limit", "train.divergence_lr_factor",
@@ -389,8 +390,9 @@ TEST(Config, CudaKernelsNameASetOfCandidates) {
       {"fused_norm_grads,vector_norms", kFusedNormGrads},
       {"fast_loss_exp,loss_rows_from_l2", kFastLossExp},
       {"bias_grads_in_gemm,kept_ones", kBiasGradsInGemm},
+      {"weight_decay", kWeightDecay},
       {"fused_attention,step_graphs,relu_masks,weight_grads_beside,fuller_column_sums,"
-       "worker_graphs,fused_norm_grads,fast_loss_exp,bias_grads_in_gemm",
+       "worker_graphs,fused_norm_grads,fast_loss_exp,bias_grads_in_gemm,weight_decay",
        kAllCandidates}};
   for (const auto& [setting, bits] : settings) {
     const Config config = load_config(kTinyIni, {"train.cuda_kernels=" + setting});
@@ -454,7 +456,8 @@ const std::vector<std::string> kUnusualValues = {
     "train.warmup_steps=17",
     "train.lr_scale=0.3",      "train.adam_beta1=0.85",  "train.adam_beta2=0.995",
     "train.adam_eps=3e-8",     "train.log_every=9",      "train.threads=2",
-    "train.valid_every=5",     "train.clip_norm=1.5",    "train.metrics_dir=runs/m",
+    "train.valid_every=5",     "train.clip_norm=1.5",    "train.weight_decay=0.03",
+    "train.metrics_dir=runs/m",
     "train.valid_bleu=true",   "train.valid_beam=3",     "train.valid_bleu_tokenize=char",
     "train.valid_metric=chrf",
     "train.divergence=rollback", "train.divergence_loss_factor=2.5",
@@ -1010,7 +1013,6 @@ TEST(Config, AnUnknownKeySaysTheKeyMostLikelyMeant) {
       {"optimizer.learning_rate", "; a name from other toolkits: here it is train.lr_scale"},
       {"train.update_freq", "here it is train.accumulate, micro-batches that share "
                             "train.tokens_per_step (fairseq's --update-freq multiplies"},
-      {"train.weight_decay", "there is none here: the paper's Adam has no weight decay"},
       {"model.relu_dropout", "here it is model.activation_dropout (tensor2tensor's name)"},
       {"transformer-dropout-ffn", "here it is model.activation_dropout (Marian's name)"},
       // fairseq's spelling, with '-'; and its name where its section is not the key's

@@ -111,11 +111,18 @@ TEST(CudaTraining, Fp32ThreeStepsMatchTheCpu) {
 // was sent, and logs the loss it computed. THPC_CANDIDATE_SETTING (default candidate)
 // names others: bench/gpu_session.sh reruns it with each candidate alone when all of
 // them together fail, so that one candidate's fault does not hold back the rest.
+// With the candidate weight_decay among them, both trainers decay the weights
+// (train.weight_decay = 0.01): the GPU through decay_weights, the CPU through its twin.
 TEST(CudaTraining, Fp32ThreeStepsWithCandidateKernelsMatchTheCpu) {
   THPC_REQUIRE_REAL_GPU();
   const char* chosen = std::getenv("THPC_CANDIDATE_SETTING");
-  expect_fp32_steps_match_the_cpu(std::string("train.cuda_kernels=") +
-                                  (chosen != nullptr && *chosen != '\0' ? chosen : "candidate"));
+  const std::string setting = chosen != nullptr && *chosen != '\0' ? chosen : "candidate";
+  unsigned candidates = kNoCandidates;
+  std::string error;
+  ASSERT_TRUE(parse_candidate_kernels(setting, candidates, error)) << error;
+  std::vector<std::string> both;
+  if (candidates & kWeightDecay) both.push_back("train.weight_decay=0.01");
+  expect_fp32_steps_match_the_cpu("train.cuda_kernels=" + setting, both);
 }
 
 // The same with the GPU's fused sub-layer kernels (add_dropout_layernorm_*, the RELU_BIAS

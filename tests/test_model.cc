@@ -748,6 +748,41 @@ TEST(Trainer, ClippingScalesTheGradientToTheBound) {
   }
 }
 
+// train.weight_decay reaches Adam as AdamW's decay: after one step each parameter is the
+// undecayed run's less lr x weight_decay x its value before the step (the step's lr, the
+// schedule's at step 1; the gradient and so Adam's step are the same in both runs, the
+// decay being applied after backward), to a few float roundings of the parameter. 0 is
+// the run without it, bit for bit.
+TEST(Trainer, WeightDecayTakesItsShareOfEachParameterBeforeAdam) {
+  const std::string tiny = kRoot + "/input/tiny.ini";
+  Trainer plain(load_config(tiny, {"train.max_steps=1"}));
+  const std::vector<float> before = plain.model().params().to_host_f32();
+  const StepStats reference = plain.step();
+  const float weight_decay = 0.5f;  // large, so that the decay stands far above the roundings
+  Trainer decayed(load_config(tiny, {"train.max_steps=1", "train.weight_decay=0.5"}));
+  const StepStats stats = decayed.step();
+  EXPECT_EQ(stats.loss, reference.loss);
+  EXPECT_EQ(stats.grad_norm, reference.grad_norm);
+  const std::vector<float> after_plain = plain.model().params().to_host_f32();
+  const std::vector<float> after_decayed = decayed.model().params().to_host_f32();
+  ASSERT_EQ(after_plain.size(), before.size());
+  const double decay = static_cast<double>(stats.lr) * weight_decay;
+  ASSERT_GT(decay, 1e-5);
+  int decayed_values = 0;
+  for (size_t i = 0; i < before.size(); ++i) {
+    const double expected = -decay * before[i];
+    const double ulp = std::ldexp(std::abs(double(after_plain[i])) + std::abs(double(before[i])),
+                                  -23);
+    ASSERT_NEAR(double(after_decayed[i]) - after_plain[i], expected, 2 * ulp) << i;
+    decayed_values += std::abs(expected) > 4 * ulp;
+  }
+  EXPECT_GT(decayed_values, static_cast<int>(before.size() / 2));
+
+  Trainer zero(load_config(tiny, {"train.max_steps=1", "train.weight_decay=0"}));
+  zero.step();
+  EXPECT_EQ(zero.model().params().sha256_hex(), plain.model().params().sha256_hex());
+}
+
 TEST(Trainer, ClipNormZeroKeepsTheGoldenLosses) {
   // clip_norm = 0 (the default RegressionPin.FirstLossesOfTinyIni runs with) is the same run as no
   // clipping at all; said explicitly so that a changed default would fail here.

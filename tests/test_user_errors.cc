@@ -241,6 +241,12 @@ TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
   expect_configuration_error("--train.backend=cpu --dist.reducer=nccl",
                              "dist.reducer = nccl (on the command line) sums on GPUs, and this "
                              "run trains on the CPU");
+  // train.weight_decay's GPU kernel has not yet run on a GPU: asked for by name only.
+  if (built_with_cuda()) {
+    expect_configuration_error("--train.backend=cuda --train.weight_decay=0.01",
+                               "train.weight_decay = 0.01 (on the command line) decays the "
+                               "weights on the GPU with a kernel that has not yet run on one");
+  }
   expect_configuration_error("--checkpoint.init=/nonexistent.h5",
                              "checkpoint.init = /nonexistent.h5: no such file\n", 1);
   // A corpus of numbers (60 pairs, a vocabulary of 60) and a one-step model of it.

@@ -40,6 +40,16 @@ void adam_update(T* params, T* compute, const T* grads, T* m, T* v, int64_t n, f
   for (int64_t i = 0; i < n; ++i) compute[i] = params[i];
 }
 
+// x -= decay * x in T (the GPU's twin rounds the product and the difference each once, as
+// here).
+template <typename T>
+void decay_weights(T* x, int64_t n, float decay) {
+  const T factor = static_cast<T>(decay);
+#pragma omp parallel for schedule(static) num_threads(threads_for(n))
+  for (int64_t i = 0; i < n; ++i) x[i] -= factor * x[i];
+}
+
 THPC_CPU_TWIN(adam_update)
+THPC_CPU_TWIN(decay_weights)
 
 }  // namespace thpc::cpu

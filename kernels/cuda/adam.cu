@@ -117,7 +117,28 @@ void adam_update(Context& context, float* params, T* compute, const float* grads
   }
 }
 
+// The candidate weight_decay (2026-12-07, not yet run on a GPU): one grid-stride pass,
+// x -= decay * x with the product and the difference each rounded once (the CPU's
+// order, no FMA contraction), so the CPU's bits. Only train.weight_decay > 0 calls it
+// (the trainer refuses that on a GPU without the candidate); the launcher asks too.
+__global__ void decay_weights_kernel(float* x, int64_t n, float decay) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    x[i] = rounded::sub_rn(x[i], rounded::mul_rn(decay, x[i]));
+  }
+}
+
+template <typename T>
+void decay_weights(Context& context, float* x, int64_t n, float decay) {
+  THPC_CHECK(context.candidate_kernel(kWeightDecay),
+             "decay_weights runs on a GPU only with the candidate weight_decay "
+             "(train.cuda_kernels): its kernel has not yet run on one");
+  if (n <= 0) return;
+  decay_weights_kernel<<<grid_blocks(n), kGridThreads, 0, context.stream()>>>(x, n, decay);
+  THPC_CUDA_CHECK_LAUNCH("decay_weights_kernel");
+}
+
 THPC_CUDA_TWIN(adam_update)
+THPC_CUDA_TWIN(decay_weights)
 
 }  // namespace thpc::cuda
 

@@ -76,6 +76,9 @@ struct TrainConfig {
   float adam_beta1 = 0.9f;         // §5.3
   float adam_beta2 = 0.98f;
   float adam_eps = 1e-9f;
+  // Decoupled (AdamW) weight decay, p -= lrate * weight_decay * p before each Adam update;
+  // 0 = none (the paper).
+  float weight_decay = 0.0f;
   float clip_norm = 0.0f;          // gradient norm bound; 0 = no clipping (the paper has none)
   int log_every = 100;             // steps between progress lines
   int valid_every = 0;             // steps between validation passes; 0 = none

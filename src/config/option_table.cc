@@ -164,7 +164,8 @@ const std::vector<Option>& option_table() {
                   "GPU kernels: verified = those whose twin tests passed on a GPU; candidate "
                   "= also the variants not yet made the default (at present fused_attention, "
                   "step_graphs, relu_masks, weight_grads_beside, fuller_column_sums, "
-                  "worker_graphs, fused_norm_grads, fast_loss_exp, bias_grads_in_gemm); or "
+                  "worker_graphs, fused_norm_grads, fast_loss_exp, bias_grads_in_gemm, "
+                  "weight_decay); or "
                   "some of them by name, comma-separated; the CPU ignores it"),
       THPC_OPTION(train, short_attention_max_len, THPC_BETWEEN(0, kShortAttentionLongest),
                   "GPU, bf16, d_k = d_v = 64: attention whose query and key lengths are both "
@@ -205,6 +206,10 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(train, adam_beta1, THPC_FRACTION, "Adam beta1 (§5.3)"),
       THPC_OPTION(train, adam_beta2, THPC_FRACTION, "Adam beta2 (§5.3)"),
       THPC_OPTION(train, adam_eps, THPC_ABOVE(0), "Adam epsilon (§5.3)"),
+      THPC_OPTION(train, weight_decay, THPC_FRACTION,
+                  "decoupled weight decay (AdamW; fairseq's Adam --weight-decay): each step "
+                  "p -= lrate x weight_decay x p on every parameter before Adam's update; 0 = "
+                  "none (the paper); on the GPU with train.cuda_kernels' weight_decay only"),
       THPC_OPTION(train, clip_norm, THPC_AT_LEAST(0),
                   "scale the gradient to this L2 norm when it is larger, before Adam; "
                   "0 = no clipping (the paper has none)"),
@@ -688,7 +693,6 @@ constexpr OtherToolkitsName kOtherToolkitsNames[] = {
     {"checkpoint", "save_interval_updates", "here it is checkpoint.every_steps"},
     {"checkpoint", "keep_last_epochs", "here it is checkpoint.keep, of checkpoints saved by steps"},
     {"checkpoint", "keep_interval_updates", "here it is checkpoint.keep"},
-    {"train", "weight_decay", "there is none here: the paper's Adam has no weight decay"},
     {"model", "relu_dropout", "here it is model.activation_dropout (tensor2tensor's name)"},
     {"model", "transformer_dropout_ffn", "here it is model.activation_dropout (Marian's name)"},
     {"train", "fp16", "here it is train.precision = bf16, on the GPU (the CPU trains in fp32)"},

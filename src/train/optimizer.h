@@ -14,6 +14,9 @@ struct AdamSettings {
   float beta1 = 0.9f;
   float beta2 = 0.98f;
   float eps = 1e-9f;
+  // Decoupled weight decay (Loshchilov & Hutter, "Decoupled Weight Decay Regularization",
+  // AdamW; fairseq's Adam): p -= lr * weight_decay * p before each update. 0: none.
+  float weight_decay = 0.0f;
 };
 
 class Adam {
@@ -23,8 +26,8 @@ class Adam {
   Adam(const Adam&) = delete;
   Adam& operator=(const Adam&) = delete;
 
-  // One update with learning rate lr; `step` is the 1-based optimizer step (bias
-  // correction uses it).
+  // One update with learning rate lr (and the weight decay with it); `step` is the
+  // 1-based optimizer step (bias correction uses it).
   void update(float lr, int64_t step);
 
   Tensor first_moment() const { return m_; }

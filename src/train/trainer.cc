@@ -189,6 +189,7 @@ Trainer::Trainer(const Config& config, Communicator comm)
   adam.beta1 = config_.train.adam_beta1;
   adam.beta2 = config_.train.adam_beta2;
   adam.eps = config_.train.adam_eps;
+  adam.weight_decay = config_.train.weight_decay;
   adam_ = std::make_unique<Adam>(model_->params(), *backend_, adam);
   step_totals_ = std::make_unique<StepTotalsBuffer>(*backend_);
   step_inputs_ = std::make_unique<StepInputsBuffer>(*backend_);

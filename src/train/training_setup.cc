@@ -136,6 +136,21 @@ std::string backend_impossible(const Config& config) {
            "the CPU (train.backend = " + config.train.backend + "); set dist.reducer = mpi " +
            "or auto";
   }
+  // The weight decay's GPU kernel has not yet run on a GPU: it runs only when asked for.
+  unsigned candidates = kNoCandidates;
+  std::string unparsed;  // (validate() has said so already)
+  if (config.train.weight_decay > 0.0f && !on_the_cpu() &&
+      parse_candidate_kernels(config.train.cuda_kernels, candidates, unparsed) &&
+      (candidates & kWeightDecay) == 0) {
+    std::ostringstream why;
+    why << config.source_file << ": train.weight_decay = " << config.train.weight_decay
+        << config.on_command_line("train.weight_decay")
+        << " decays the weights on the GPU with a kernel that has not yet run on one (the "
+        << "candidate weight_decay): add weight_decay to train.cuda_kernels to run it anyway "
+        << "(train.cuda_kernels = weight_decay, or comma-separated with others), or set "
+        << "train.backend = cpu, or train.weight_decay = 0";
+    return why.str();
+  }
   return "";
 }
 

@@ -17,6 +17,7 @@
 #include "common/bf16.h"
 #include "cpu_reference.h"
 #include "cuda_twin.h"
+#include "expect_error.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/fused_adam.cuh"
 
@@ -91,6 +92,59 @@ TEST(Adam, ComputeCopyHoldsTheUpdatedParameters) {
   EXPECT_EQ(m, m_alone);
   EXPECT_EQ(v, v_alone);
   EXPECT_EQ(compute, params);
+}
+
+// decay_weights (train.weight_decay's decoupled decay, x -= decay * x): by hand on
+// binary-exact values, then at a realistic lr x weight_decay (7e-8) against the exact
+// product, to one rounding: the form x (1 - decay) would lose 15% of the decay there
+// (1 - 7e-8 is rounded to 1 - 5.96e-8 in float), and all of it below 2.98e-8.
+TEST(DecayWeights, SubtractsTheDecayedWeightsOwnShare) {
+  std::vector<double> exact{1.0, -2.0, 0.5, 0.0};
+  cpu::decay_weights<double>(exact.data(), 4, 0.25f);
+  EXPECT_EQ(exact, (std::vector<double>{0.75, -1.5, 0.375, 0.0}));
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> weights(1001);
+  for (float& x : weights) x = uniform(rng);
+  const std::vector<float> before = weights;
+  const float decay = 7e-8f;
+  cpu::decay_weights<float>(weights.data(), static_cast<int64_t>(weights.size()), decay);
+  int moved = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    // The exact result, within half a float step of it (one rounding of the difference; the
+    // product's own rounding is 2^-24 of a term 7e-8 of the weight).
+    const double expected = static_cast<double>(before[i]) * (1.0 - static_cast<double>(decay));
+    EXPECT_NEAR(weights[i], expected, std::abs(expected) * std::ldexp(1.0, -24) * 1.01) << i;
+    moved += weights[i] != before[i];
+  }
+  // 7e-8 of a weight is more than half its float step (2^-25 to 2^-24 of it): every one
+  // moves.
+  EXPECT_EQ(moved, static_cast<int>(weights.size()));
+}
+
+// AdamW's step: the decay then Adam's update equal Adam's update of the undecayed weights
+// less lr x weight_decay x the weights (Adam's step does not read the weights).
+TEST(DecayWeights, ThenAdamIsAdamWsStep) {
+  std::mt19937 rng(6);
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  const int n = 9;
+  std::vector<double> params(n), grads(n), m(n, 0.0), v(n, 0.0);
+  for (double& x : params) x = uniform(rng);
+  for (double& x : grads) x = uniform(rng);
+  const std::vector<double> original = params;
+  std::vector<double> plain = params, m_plain = m, v_plain = v;
+  const float lr = 0.01f, decay = lr * 0.1f;
+  cpu::decay_weights<double>(params.data(), n, decay);
+  cpu::adam_update<double>(params.data(), nullptr, grads.data(), m.data(), v.data(), n, lr, 0.9f,
+                           0.98f, 1e-9f, 1);
+  cpu::adam_update<double>(plain.data(), nullptr, grads.data(), m_plain.data(), v_plain.data(), n,
+                           lr, 0.9f, 0.98f, 1e-9f, 1);
+  for (int i = 0; i < n; ++i) {
+    // (p0 - decay p0 - step) - (p0 - step), in double: a few roundings of terms <= 1.
+    EXPECT_NEAR(params[i] - plain[i], -static_cast<double>(decay) * original[i], 1e-15) << i;
+  }
+  EXPECT_EQ(m, m_plain);
+  EXPECT_EQ(v, v_plain);
 }
 
 // ---- the one-pass Adam's body on the host (kernels/cuda/fused_adam.cuh) ----------------
@@ -225,6 +279,33 @@ TEST(CudaAdam, UpdateMatchesCpu) {
   Pair p = both.param({1.0f});
   EXPECT_ANY_THROW(
       both.gpu().adam_update(p.gpu, Tensor{}, p.gpu, p.gpu, p.gpu, 1, lr, beta1, beta2, eps, 0));
+}
+
+// The candidate weight_decay (not yet run on a GPU): decay_weights is the CPU's x -= decay x
+// bit for bit (the product and the difference each rounded once, no FMA), over sizes
+// that leave grid-stride tails, at a realistic decay and a large one; without the
+// candidate the GPU refuses it, naming the setting.
+TEST(CudaCandidateWeightDecay, DecayIsTheCpusBitForBit) {
+  THPC_REQUIRE_GPU();
+  std::mt19937 rng(8);
+  Twins twins(DType::F32, kernels_with(kWeightDecay));
+  for (int64_t n : {int64_t{1}, int64_t{1027}, int64_t{1000003}}) {
+    for (float decay : {7e-8f, 0.01f}) {
+      SCOPED_TRACE(describe(DType::F32, n) + " decay " + std::to_string(decay));
+      Both both(twins);
+      Pair weights = both.param(random_values(static_cast<size_t>(n), rng));
+      both.cpu().decay_weights(weights.cpu, n, decay);
+      both.gpu().decay_weights(weights.gpu, n, decay);
+      EXPECT_EQ(both.gpu_values(weights), both.cpu_values(weights));
+    }
+  }
+  if (!twin_rehearsal()) {
+    Twins verified(DType::F32);
+    Both both(verified);
+    Pair one = both.param({1.0f});
+    expect_error([&] { both.gpu().decay_weights(one.gpu, 1, 0.5f); },
+                 {"decay_weights", "weight_decay", "train.cuda_kernels"});
+  }
 }
 
 // `t` without its first element: a view whose data is 4 bytes (a float) or 2 (bf16) past
