@@ -457,6 +457,21 @@ dry_run() {
 # Digits too: until 2026-11-29 "[A-Za-z]*" left CudaCandidateInt8Products.* out of the
 # stage (the dry run now checks that every CudaCandidate suite is matched).
 readonly CANDIDATE_TWINS="CudaCandidate[A-Za-z0-9]*"
+
+# The candidate kernels' names (one a line), from kernels/ops.h's THPC_CANDIDATE_KERNELS
+# (X(kEnumerator, bit, "name") lines). Until 2026-12-07 this read kernels/ops.cc's former
+# {"name", kEnumerator} table, which the list replaced on 2026-12-06: it read nothing, and
+# the failed-twins fallback and the per-candidate profiles would have measured none.
+candidate_names() {
+  grep -oE 'X\(k[A-Za-z0-9]+, [0-9]+, "[a-z0-9_]+"\)' kernels/ops.h | cut -d'"' -f2
+}
+
+# The CudaCandidate* suites' candidate names: CudaCandidateFastLossExp.X -> fast_loss_exp.
+candidate_of_suite() {
+  sed -E 's/^CudaCandidate([A-Za-z0-9]*)[.].*/\1/' | sed -E 's/([a-z0-9])([A-Z])/\1_\2/g' |
+    tr 'A-Z' 'a-z'
+}
+
 # Whether a candidate changes the training step: fused_attention, step_graphs,
 # relu_masks and weight_grads_beside all do, so the step stage measures the step with and
 # without them. (The one before, gathered_attention,
@@ -674,20 +689,6 @@ passing_candidates() {
   local failed=$1
   if [ -z "$failed" ] || echo "$failed" | grep -qv "^CudaCandidate"; then return 0; fi
   candidates_whose_twins_passed "$failed" | paste -sd,
-}
-
-# The candidate kernels' names (one a line), from kernels/ops.h's THPC_CANDIDATE_KERNELS
-# (X(kEnumerator, bit, "name") lines). Until 2026-12-07 this read kernels/ops.cc's former
-# {"name", kEnumerator} table, which the list replaced on 2026-12-06: it read nothing, and
-# the failed-twins fallback and the per-candidate profiles would have measured none.
-candidate_names() {
-  grep -oE 'X\(k[A-Za-z0-9]+, [0-9]+, "[a-z0-9_]+"\)' kernels/ops.h | cut -d'"' -f2
-}
-
-# The CudaCandidate* suites' candidate names: CudaCandidateFastLossExp.X -> fast_loss_exp.
-candidate_of_suite() {
-  sed -E 's/^CudaCandidate([A-Za-z0-9]*)[.].*/\1/' | sed -E 's/([a-z0-9])([A-Z])/\1_\2/g' |
-    tr 'A-Z' 'a-z'
 }
 
 # The candidates (one a line) whose CudaCandidate* suites are not among the failed tests $1.
