@@ -154,10 +154,12 @@ THPC_OP(void, relu_forward, (Out y, In x, int64_t n), (y, x, n))
 // dx += dy * (y > 0) (dx = with kWrite)
 THPC_OP(void, relu_backward, (Out dx, In dy, In y, int64_t n, GradStore store),
         (dx, dy, y, n, store))
-// y = x * keep / (1 - p), keep ~ Bernoulli(1 - p) from key. p = 0 copies.
+// y = x * keep / (1 - p), keep ~ Bernoulli(1 - p) from key. p = 0 copies. y may alias x
+// (the FFN's activation dropout runs in place).
 THPC_OP(void, dropout_forward, (Out y, In x, int64_t n, float p, DropoutKey key),
         (y, x, n, p, key))
-// dx += dy * keep / (1 - p) (dx = with kWrite), the mask drawn again from the key.
+// dx += dy * keep / (1 - p) (dx = with kWrite), the mask drawn again from the key. dx may
+// alias dy with kWrite.
 THPC_OP(void, dropout_backward,
         (Out dx, In dy, int64_t n, float p, DropoutKey key, GradStore store),
         (dx, dy, n, p, key, store))
@@ -237,16 +239,22 @@ THPC_OP(void, row_top_k,
 // updated params in the compute dtype (the weights the GEMMs read: ParamStore's compute
 // copy, a conversion of each value as copy() does); null where the weights are the
 // params themselves.
-// x -= decay * x, each element (decay = lr x train.weight_decay, one rounding of that
-// product: p (1 - decay) would round 1 - decay, which at lr x weight_decay ~ 1e-7 is
-// a float step away from 1): decoupled weight decay (Loshchilov & Hutter's AdamW, fairseq's
-// Adam with --weight-decay) on the masters, before adam_update, which then writes the
-// compute copy from them. On the GPU the candidate weight_decay (not yet run on one).
-THPC_OP(void, decay_weights, (ParamOut x, int64_t n, float decay), (x, n, decay))
 THPC_OP(void, adam_update,
         (ParamOut params, Out compute, ParamIn grads, ParamOut m, ParamOut v, int64_t n,
          float lr, float beta1, float beta2, float eps, int64_t step),
         (params, compute, grads, m, v, n, lr, beta1, beta2, eps, step))
+// Adam with decoupled weight decay (Loshchilov & Hutter's AdamW; fairseq's Adam with
+// --weight-decay), `decay` = lr x train.weight_decay, the decay folded into the update:
+//   p -= lr * m_hat / (sqrt(v_hat) + eps) + decay * p
+// (the step and the decay added, then one subtraction: a decay of ~1e-8 of a weight,
+// below half its float step, still moves the rounding of the whole update, where a
+// separate p -= decay * p, as fairseq's and PyTorch's, is rounded away below 2^-25).
+// adam_update's arithmetic otherwise. On the GPU the candidate weight_decay (not yet run
+// on one).
+THPC_OP(void, adamw_update,
+        (ParamOut params, Out compute, ParamIn grads, ParamOut m, ParamOut v, int64_t n,
+         float lr, float beta1, float beta2, float eps, float decay, int64_t step),
+        (params, compute, grads, m, v, n, lr, beta1, beta2, eps, decay, step))
 // Sum of squares of a param_dtype tensor (gradient norms, checks), in double.
 THPC_OP(double, sum_squares, (ParamIn x, int64_t n), (x, n))
 // totals.grad_squares = sum_squares(x, n) (the same sum, bit for bit), left in backend

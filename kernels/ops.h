@@ -167,9 +167,10 @@ enum class GradStore { kAdd, kWrite };
 // bias_grads_in_gemm (not yet run on a GPU: a layer's bias gradient summed by its weight
 // gradient's GEMM as it reads dy, cuBLASLt's BGRADA epilogue, instead of a second GEMM of
 // dy against a ones vector; kernels/cuda/linear.cu; issue 51's one-rank step, ~54 such
-// n = 1 products a base step); and weight_decay (not yet run on a GPU: decay_weights,
-// x -= decay * x over the masters before Adam, kernels/cuda/adam.cu; used only with
-// train.weight_decay > 0, which the GPU refuses without it).
+// n = 1 products a base step); and weight_decay (not yet run on a GPU: adamw_update,
+// Adam's kernels with the decay folded into the update, p -= step + decay p,
+// kernels/cuda/adam.cu; used only with train.weight_decay > 0, which the GPU refuses
+// without it).
 // The former ones are the default since their GPU run: write_gradients, short_attention
 // (H100, 2026-11-26), gathered_attention (H100, 2026-11-27), async_upload, step_totals,
 // int8_products, fused_adam (H200, 2026-11-29), vector_norms (the fused add & norm with

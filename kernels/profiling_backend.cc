@@ -44,7 +44,7 @@ constexpr std::pair<OpId, OpClass> kOpClasses[] = {
     {OpId::log_softmax, OpClass::CrossEntropy},
     {OpId::row_top_k, OpClass::Decoding},
     {OpId::adam_update, OpClass::Adam},
-    {OpId::decay_weights, OpClass::Adam},
+    {OpId::adamw_update, OpClass::Adam},
     {OpId::sum_squares, OpClass::GradientNorm},
     {OpId::sum_squares_into, OpClass::GradientNorm},
     {OpId::scale, OpClass::GradientNorm},

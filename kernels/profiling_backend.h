@@ -47,7 +47,7 @@ enum class OpClass {
   CrossEntropy,   // softmax_cross_entropy(_add) (the loss and its gradient), log_softmax,
                   // softmax_nll_rows
   Embedding,      // embedding forward and backward, the embeddings' dropout
-  Adam,           // adam_update, decay_weights (train.weight_decay)
+  Adam,           // adam_update, adamw_update (train.weight_decay)
   GradientNorm,   // sum_squares(_into), scale: the gradient's norm and clipping
   Memory,         // zero, copy (the bf16 weight refresh), uploads and downloads,
                   // write_step_inputs

@@ -112,7 +112,7 @@ TEST(CudaTraining, Fp32ThreeStepsMatchTheCpu) {
 // names others: bench/gpu_session.sh reruns it with each candidate alone when all of
 // them together fail, so that one candidate's fault does not hold back the rest.
 // With the candidate weight_decay among them, both trainers decay the weights
-// (train.weight_decay = 0.01): the GPU through decay_weights, the CPU through its twin.
+// (train.weight_decay = 0.01): the GPU through adamw_update, the CPU through its twin.
 TEST(CudaTraining, Fp32ThreeStepsWithCandidateKernelsMatchTheCpu) {
   THPC_REQUIRE_REAL_GPU();
   const char* chosen = std::getenv("THPC_CANDIDATE_SETTING");

@@ -265,6 +265,7 @@ int run(const Arguments& args) {
   settings.beta1 = config.train.adam_beta1;
   settings.beta2 = config.train.adam_beta2;
   settings.eps = config.train.adam_eps;
+  settings.weight_decay = config.train.weight_decay;  // --set train.weight_decay=D: AdamW's
   thpc::Adam adam(model.params(), ops, settings);
 
   int64_t step = 0;

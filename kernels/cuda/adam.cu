@@ -30,11 +30,12 @@ namespace {
 
 std::atomic<int64_t> fused_adam_launch_count{0};
 
+template <bool kDecay = false>
 __global__ void adam_kernel(float* params, const float* grads, float* m, float* v, int64_t n,
-                            fused_adam::Constants c) {
+                            fused_adam::Constants c, float decay = 0.0f) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
     float p = params[i], mi = m[i], vi = v[i];
-    fused_adam::update(c, p, grads[i], mi, vi);
+    fused_adam::update<kDecay>(c, p, grads[i], mi, vi, decay);
     m[i] = mi;
     v[i] = vi;
     params[i] = p;
@@ -70,15 +71,46 @@ struct VectorMoves {
   }
 };
 
-template <typename T>
+template <typename T, bool kDecay = false>
 __global__ void fused_adam_kernel(float* params, T* compute, const float* grads, float* m,
-                                  float* v, int64_t n, fused_adam::Constants c) {
-  fused_adam::thread_body<T>(VectorMoves{}, first_index(), grid_stride(), c, params, compute,
-                             grads, m, v, n);
+                                  float* v, int64_t n, fused_adam::Constants c,
+                                  float decay = 0.0f) {
+  fused_adam::thread_body<T, VectorMoves, kDecay>(VectorMoves{}, first_index(), grid_stride(),
+                                                  c, params, compute, grads, m, v, n, decay);
 }
 
 bool aligned_to(const void* p, size_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+// adam_update's launches, and with kDecay adamw_update's (the same kernels' AdamW form).
+template <typename T, bool kDecay>
+void launch_adam(Context& context, float* params, T* compute, const float* grads, float* m,
+                 float* v, int64_t n, float lr, float beta1, float beta2, float eps,
+                 float decay, int64_t step) {
+  const cudaStream_t stream = context.stream();
+  THPC_CHECK(step >= 1, "Adam step " << step << " (steps are 1-based)");
+  if (n <= 0) return;
+  if (static_cast<void*>(compute) == static_cast<void*>(params)) compute = nullptr;
+  const fused_adam::Constants c = fused_adam::constants_for(lr, beta1, beta2, eps, step);
+  const bool fused_fits = aligned16(params) && aligned16(grads) && aligned16(m) &&
+                          aligned16(v) &&
+                          (compute == nullptr || aligned_to(compute, 4 * sizeof(T)));
+  if (fused_fits) {
+    const int64_t groups = (n + fused_adam::kGroup - 1) / fused_adam::kGroup;
+    fused_adam_kernel<T, kDecay><<<grid_blocks(groups), kGridThreads, 0, stream>>>(
+        params, compute, grads, m, v, n, c, decay);
+    THPC_CUDA_CHECK_LAUNCH("fused_adam_kernel");
+    ++fused_adam_launch_count;
+    return;
+  }
+  adam_kernel<kDecay><<<grid_blocks(n), kGridThreads, 0, stream>>>(params, grads, m, v, n, c,
+                                                                   decay);
+  THPC_CUDA_CHECK_LAUNCH("adam_kernel");
+  if (compute != nullptr) {
+    convert(compute, std::is_same_v<T, float> ? DType::F32 : DType::BF16, params, DType::F32, n,
+            stream);
+  }
 }
 
 }  // namespace
@@ -93,52 +125,27 @@ template <typename T>
 void adam_update(Context& context, float* params, T* compute, const float* grads, float* m,
                  float* v, int64_t n, float lr, float beta1, float beta2, float eps,
                  int64_t step) {
-  const cudaStream_t stream = context.stream();
-  THPC_CHECK(step >= 1, "Adam step " << step << " (steps are 1-based)");
-  if (n <= 0) return;
-  if (static_cast<void*>(compute) == static_cast<void*>(params)) compute = nullptr;
-  const fused_adam::Constants c = fused_adam::constants_for(lr, beta1, beta2, eps, step);
-  const bool fused_fits = aligned16(params) && aligned16(grads) && aligned16(m) &&
-                          aligned16(v) &&
-                          (compute == nullptr || aligned_to(compute, 4 * sizeof(T)));
-  if (fused_fits) {
-    const int64_t groups = (n + fused_adam::kGroup - 1) / fused_adam::kGroup;
-    fused_adam_kernel<T><<<grid_blocks(groups), kGridThreads, 0, stream>>>(params, compute, grads,
-                                                                           m, v, n, c);
-    THPC_CUDA_CHECK_LAUNCH("fused_adam_kernel");
-    ++fused_adam_launch_count;
-    return;
-  }
-  adam_kernel<<<grid_blocks(n), kGridThreads, 0, stream>>>(params, grads, m, v, n, c);
-  THPC_CUDA_CHECK_LAUNCH("adam_kernel");
-  if (compute != nullptr) {
-    convert(compute, std::is_same_v<T, float> ? DType::F32 : DType::BF16, params, DType::F32, n,
-            stream);
-  }
+  launch_adam<T, false>(context, params, compute, grads, m, v, n, lr, beta1, beta2, eps, 0.0f,
+                        step);
 }
 
-// The candidate weight_decay (2026-12-07, not yet run on a GPU): one grid-stride pass,
-// x -= decay * x with the product and the difference each rounded once (the CPU's
-// order, no FMA contraction), so the CPU's bits. Only train.weight_decay > 0 calls it
-// (the trainer refuses that on a GPU without the candidate); the launcher asks too.
-__global__ void decay_weights_kernel(float* x, int64_t n, float decay) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    x[i] = rounded::sub_rn(x[i], rounded::mul_rn(decay, x[i]));
-  }
-}
-
+// The candidate weight_decay (2026-12-07, not yet run on a GPU): the same kernels with
+// AdamW's update, p -= step + decay p (fused_adam.cuh's update<true>), the CPU's bits.
+// Only train.weight_decay > 0 calls it, which the trainer refuses on a GPU without the
+// candidate; the launcher asks too.
 template <typename T>
-void decay_weights(Context& context, float* x, int64_t n, float decay) {
+void adamw_update(Context& context, float* params, T* compute, const float* grads, float* m,
+                  float* v, int64_t n, float lr, float beta1, float beta2, float eps,
+                  float decay, int64_t step) {
   THPC_CHECK(context.candidate_kernel(kWeightDecay),
-             "decay_weights runs on a GPU only with the candidate weight_decay "
-             "(train.cuda_kernels): its kernel has not yet run on one");
-  if (n <= 0) return;
-  decay_weights_kernel<<<grid_blocks(n), kGridThreads, 0, context.stream()>>>(x, n, decay);
-  THPC_CUDA_CHECK_LAUNCH("decay_weights_kernel");
+             "adamw_update runs on a GPU only with the candidate weight_decay "
+             "(train.cuda_kernels): its kernels have not yet run on one");
+  launch_adam<T, true>(context, params, compute, grads, m, v, n, lr, beta1, beta2, eps, decay,
+                       step);
 }
 
 THPC_CUDA_TWIN(adam_update)
-THPC_CUDA_TWIN(decay_weights)
+THPC_CUDA_TWIN(adamw_update)
 
 }  // namespace thpc::cuda
 

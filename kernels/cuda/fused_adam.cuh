@@ -66,15 +66,29 @@ using rounded::mul_rn;
 using rounded::sqrt_rn;
 using rounded::sub_rn;
 
-// One parameter p with gradient g and moments m, v, in the CPU's order (kernels/cpu/adam.cc):
+// One parameter's moments m, v for gradient g, and its step, in the CPU's order
+// (kernels/cpu/adam.cc):
 //   m = b1 m + (1 - b1) g,          v = b2 v + ((1 - b2) g) g,
-//   p -= (lr (m / (1 - b1^step))) / (sqrt(v / (1 - b2^step)) + eps).
-THPC_HOST_DEVICE void update(const Constants& c, float& p, float g, float& m, float& v) {
+//   step = (lr (m / (1 - b1^step))) / (sqrt(v / (1 - b2^step)) + eps).
+THPC_HOST_DEVICE float moments_and_step(const Constants& c, float g, float& m, float& v) {
   m = add_rn(mul_rn(c.b1, m), mul_rn(c.one_minus_b1, g));
   v = add_rn(mul_rn(c.b2, v), mul_rn(mul_rn(c.one_minus_b2, g), g));
   const float m_hat = div_rn(m, c.first_correction);
   const float v_hat = div_rn(v, c.second_correction);
-  p = sub_rn(p, div_rn(mul_rn(c.lr, m_hat), add_rn(sqrt_rn(v_hat), c.eps)));
+  return div_rn(mul_rn(c.lr, m_hat), add_rn(sqrt_rn(v_hat), c.eps));
+}
+
+// One parameter p updated: p -= step; with kDecay (adamw_update, the candidate
+// weight_decay) p -= step + decay p, the sum then one subtraction, as the CPU's.
+template <bool kDecay = false>
+THPC_HOST_DEVICE void update(const Constants& c, float& p, float g, float& m, float& v,
+                             float decay = 0.0f) {
+  const float step = moments_and_step(c, g, m, v);
+  if constexpr (kDecay) {
+    p = sub_rn(p, add_rn(step, mul_rn(decay, p)));
+  } else {
+    p = sub_rn(p, step);
+  }
 }
 
 constexpr int kGroup = 4;  // floats in 16 bytes
@@ -82,11 +96,13 @@ constexpr int kGroup = 4;  // floats in 16 bytes
 // Thread `thread` of `threads`: groups of four elements thread, thread + threads, ...
 // (each array's group one 16-byte move), then the tail's elements (n % 4 of them) the
 // same way, one at a time. compute (may be null) receives each updated parameter rounded
-// to T. Every pointer 16-byte aligned, compute 4 * sizeof(T) (adam.cu checks).
-template <typename T, class X>
+// to T. Every pointer 16-byte aligned, compute 4 * sizeof(T) (adam.cu checks). kDecay:
+// AdamW's update with `decay` (update<true>).
+template <typename T, class X, bool kDecay = false>
 THPC_FUSED_ADAM_BODY void thread_body(const X& x, int64_t thread, int64_t threads,
                                       const Constants& c, float* params, T* compute,
-                                      const float* grads, float* m, float* v, int64_t n) {
+                                      const float* grads, float* m, float* v, int64_t n,
+                                      float decay = 0.0f) {
   const int64_t groups = n / kGroup;
   for (int64_t group = thread; group < groups; group += threads) {
     const int64_t first = group * kGroup;
@@ -96,7 +112,7 @@ THPC_FUSED_ADAM_BODY void thread_body(const X& x, int64_t thread, int64_t thread
     x.load(mm, m + first);
     x.load(vv, v + first);
     THPC_FUSED_ADAM_UNROLL
-    for (int k = 0; k < kGroup; ++k) update(c, p[k], g[k], mm[k], vv[k]);
+    for (int k = 0; k < kGroup; ++k) update<kDecay>(c, p[k], g[k], mm[k], vv[k], decay);
     x.store(params + first, p);
     x.store(m + first, mm);
     x.store(v + first, vv);
@@ -104,7 +120,7 @@ THPC_FUSED_ADAM_BODY void thread_body(const X& x, int64_t thread, int64_t thread
   }
   for (int64_t i = groups * kGroup + thread; i < n; i += threads) {
     float p = params[i], mi = m[i], vi = v[i];
-    update(c, p, grads[i], mi, vi);
+    update<kDecay>(c, p, grads[i], mi, vi, decay);
     params[i] = p;
     m[i] = mi;
     v[i] = vi;

@@ -131,8 +131,8 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(model, attention_dropout, THPC_FRACTION,
                   "dropout on attention probabilities (not in the paper)"),
       THPC_OPTION(model, activation_dropout, THPC_FRACTION,
-                  "dropout on the FFN's hidden layer after the ReLU (not in the paper; "
-                  "fairseq --activation-dropout, tensor2tensor relu_dropout)"),
+                  "dropout on the FFN's hidden layer after the ReLU, in training (not in the "
+                  "paper; fairseq --activation-dropout, tensor2tensor relu_dropout)"),
       THPC_OPTION(model, label_smoothing, THPC_FRACTION, "eps_ls (§5.4)"),
       THPC_OPTION(model, positions, THPC_ONE_OF("sinusoidal", "learned"),
                   "position encoding (§3.5; learned is Table 3 row E)"),
@@ -208,8 +208,9 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(train, adam_eps, THPC_ABOVE(0), "Adam epsilon (§5.3)"),
       THPC_OPTION(train, weight_decay, THPC_FRACTION,
                   "decoupled weight decay (AdamW; fairseq's Adam --weight-decay): each step "
-                  "p -= lrate x weight_decay x p on every parameter before Adam's update; 0 = "
-                  "none (the paper); on the GPU with train.cuda_kernels' weight_decay only"),
+                  "also takes lrate x weight_decay x p from every parameter p (biases, norms "
+                  "and embeddings too, as fairseq); 0 = none (the paper); a GPU run needs "
+                  "weight_decay in train.cuda_kernels (its kernel has not yet run on a GPU)"),
       THPC_OPTION(train, clip_norm, THPC_AT_LEAST(0),
                   "scale the gradient to this L2 norm when it is larger, before Adam; "
                   "0 = no clipping (the paper has none)"),

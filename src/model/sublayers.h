@@ -278,9 +278,11 @@ struct Sublayers {
 
   // ---- FFN(x) = max(0, x W1 + b1) W2 + b2 (§3.3) ----
   // With activation dropout p_act > 0 (model.activation_dropout, training only):
-  // Dropout(max(0, x W1 + b1)) W2 + b2, the mask drawn from `key`; W2's input is then
-  // kept apart (a.dropped) for its weight gradient, and the ReLU's mask path, whose
-  // backward fuses the ReLU into W2's input-gradient product, is not taken.
+  // Dropout(max(0, x W1 + b1)) W2 + b2, the mask drawn from `key`, in place: a.hidden then
+  // holds the dropped layer, W2's input, and the ReLU's backward reads its signs, which
+  // are the undropped layer's wherever a gradient passes the dropout (a kept element is
+  // scaled by 1 / (1 - p) > 0; a dropped one has no gradient). The ReLU's mask path,
+  // whose backward folds the ReLU into W2's input-gradient product, is not taken.
   // `for_backward`: a pass whose backward follows (the ReLU's mask is kept where the
   // backend keeps one).
   void ffn_forward(FfnActs& a, Arena& arena, Tensor x, const FfnParams& p, int rows,
@@ -302,13 +304,8 @@ struct Sublayers {
       ops.linear_forward(a.hidden, x, p.w1.value, p.b1.value, rows, d, c.d_ff);
       ops.relu_forward(a.hidden, a.hidden, n);  // in place
     }
-    a.dropped = Tensor{};
-    if (p_act > 0.0f) {
-      a.dropped = arena.take(act, n);
-      ops.dropout_forward(a.dropped, a.hidden, n, p_act, key);
-    }
-    ops.linear_forward(a.out, a.dropped ? a.dropped : a.hidden, p.w2.value, p.b2.value, rows,
-                       c.d_ff, d);
+    if (p_act > 0.0f) ops.dropout_forward(a.hidden, a.hidden, n, p_act, key);  // in place
+    ops.linear_forward(a.out, a.hidden, p.w2.value, p.b2.value, rows, c.d_ff, d);
   }
   void ffn_backward(Tensor d_x, Tensor d_out, const FfnActs& a, Tensor x, const FfnParams& p,
                     int rows, Arena& scratch, float p_act = 0.0f, DropoutKey key = {}) {
@@ -322,12 +319,10 @@ struct Sublayers {
       return;
     }
     Tensor d_hidden = scratch.take(act, n);
-    ops.linear_backward(d_hidden, p.w2.grad, p.b2.grad, d_out, a.dropped ? a.dropped : a.hidden,
-                        p.w2.value, rows, c.d_ff, d, GradStore::kWrite);
-    if (a.dropped) {  // through the dropout: the same mask, drawn again from the key
-      Tensor d_kept = scratch.take(act, n);
-      ops.dropout_backward(d_kept, d_hidden, n, p_act, key, GradStore::kWrite);
-      d_hidden = d_kept;
+    ops.linear_backward(d_hidden, p.w2.grad, p.b2.grad, d_out, a.hidden, p.w2.value, rows,
+                        c.d_ff, d, GradStore::kWrite);
+    if (p_act > 0.0f) {  // through the dropout, in place: the same mask, drawn again
+      ops.dropout_backward(d_hidden, d_hidden, n, p_act, key, GradStore::kWrite);
     }
     Tensor d_pre = scratch.take(act, n);
     if (fused) {  // b1's gradient summed in the ReLU's pass

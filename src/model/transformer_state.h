@@ -98,8 +98,7 @@ struct LayerInput {
   Tensor x, normed;
 };
 struct FfnActs {
-  Tensor hidden;  // max(0, x W1 + b1) [R, d_ff]
-  Tensor dropped;  // Dropout(hidden), W2's input, with activation dropout; else empty
+  Tensor hidden;  // max(0, x W1 + b1) [R, d_ff], dropped out with activation dropout
   Tensor out;     // hidden W2 + b2 [R, d]
   // The ReLU's bit-mask, Backend::relu_mask_words(R, d_ff) words, where the backend keeps
   // one for the backward (a GPU with the candidate relu_masks); null elsewhere.

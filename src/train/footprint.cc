@@ -62,10 +62,8 @@ TrainingFootprint training_footprint(const ModelConfig& model, int vocab,
     // Per token and layer, the widths the projections make (h d_k and h d_v, d_model each
     // with the paper's d_k = d_v = d_model / h): the encoder's Q|K|V and the heads'
     // concatenated context, the decoder's too and its cross-attention's Q and context.
-    // With activation dropout the hidden layer is kept twice (before and after it).
-    const Real hidden = model.activation_dropout > 0 ? 2 * ff : ff;
-    const Real encoder_layer = h * (2 * dk + dv) + h * dv + hidden;
-    const Real decoder_layer = h * (2 * dk + dv) + h * dv + h * dk + h * dv + hidden;
+    const Real encoder_layer = h * (2 * dk + dv) + h * dv + ff;
+    const Real decoder_layer = h * (2 * dk + dv) + h * dv + h * dk + h * dv + ff;
     footprint.activation_bytes =
         4 * tokens * Real(model.layers) * (encoder_layer + decoder_layer) + footprint.logit_bytes;
     footprint.bytes += footprint.activation_bytes;

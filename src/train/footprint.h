@@ -31,8 +31,7 @@ struct TrainingFootprint {
   // (train.accumulate x ranks) padded tokens a side. Per token and layer: the encoder's
   // attention projections and its feed-forward hidden layer (h (2 d_k + d_v) + h d_v + d_ff:
   // 4 d_model + d_ff with the paper's widths), the decoder's two attentions' and its
-  // feed-forward's (h (3 d_k + 3 d_v) + d_ff: 6 d_model + d_ff), the hidden layer twice
-  // with model.activation_dropout (before and after it); and the logits
+  // feed-forward's (h (3 d_k + 3 d_v) + d_ff: 6 d_model + d_ff); and the logits
   // (the vocabulary per target token; train.loss_chunk_rows of them at a time when set),
   // all fp32. Attention probabilities, norms and residual sums are left out. 0 on the GPU
   // (not in host memory).

@@ -16,13 +16,17 @@ Adam::~Adam() {
 }
 
 void Adam::update(float lr, int64_t step) {
-  // AdamW's order (fairseq's too): the decay reads the parameters before the step.
-  if (settings_.weight_decay > 0.0f) {
-    backend_.decay_weights(params_.params(), params_.buffer_numel(),
-                           static_cast<float>(static_cast<double>(lr) * settings_.weight_decay));
-  }
   // The alignment padding between parameters has zero gradient and stays zero. The
-  // compute copy (bf16 on a GPU computing in it) is rewritten by the same op.
+  // compute copy (bf16 on a GPU computing in it) is rewritten by the same op. With
+  // weight decay, AdamW's update (the decay folded into it, kernels/op_list.h).
+  if (settings_.weight_decay > 0.0f) {
+    backend_.adamw_update(params_.params(), params_.separate_compute(), params_.grads(), m_, v_,
+                          params_.buffer_numel(), lr, settings_.beta1, settings_.beta2,
+                          settings_.eps,
+                          static_cast<float>(static_cast<double>(lr) * settings_.weight_decay),
+                          step);
+    return;
+  }
   backend_.adam_update(params_.params(), params_.separate_compute(), params_.grads(), m_, v_,
                        params_.buffer_numel(), lr, settings_.beta1, settings_.beta2,
                        settings_.eps, step);

@@ -94,37 +94,10 @@ TEST(Adam, ComputeCopyHoldsTheUpdatedParameters) {
   EXPECT_EQ(compute, params);
 }
 
-// decay_weights (train.weight_decay's decoupled decay, x -= decay * x): by hand on
-// binary-exact values, then at a realistic lr x weight_decay (7e-8) against the exact
-// product, to one rounding: the form x (1 - decay) would lose 15% of the decay there
-// (1 - 7e-8 is rounded to 1 - 5.96e-8 in float), and all of it below 2.98e-8.
-TEST(DecayWeights, SubtractsTheDecayedWeightsOwnShare) {
-  std::vector<double> exact{1.0, -2.0, 0.5, 0.0};
-  cpu::decay_weights<double>(exact.data(), 4, 0.25f);
-  EXPECT_EQ(exact, (std::vector<double>{0.75, -1.5, 0.375, 0.0}));
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<float> weights(1001);
-  for (float& x : weights) x = uniform(rng);
-  const std::vector<float> before = weights;
-  const float decay = 7e-8f;
-  cpu::decay_weights<float>(weights.data(), static_cast<int64_t>(weights.size()), decay);
-  int moved = 0;
-  for (size_t i = 0; i < weights.size(); ++i) {
-    // The exact result, within half a float step of it (one rounding of the difference; the
-    // product's own rounding is 2^-24 of a term 7e-8 of the weight).
-    const double expected = static_cast<double>(before[i]) * (1.0 - static_cast<double>(decay));
-    EXPECT_NEAR(weights[i], expected, std::abs(expected) * std::ldexp(1.0, -24) * 1.01) << i;
-    moved += weights[i] != before[i];
-  }
-  // 7e-8 of a weight is more than half its float step (2^-25 to 2^-24 of it): every one
-  // moves.
-  EXPECT_EQ(moved, static_cast<int>(weights.size()));
-}
-
-// AdamW's step: the decay then Adam's update equal Adam's update of the undecayed weights
-// less lr x weight_decay x the weights (Adam's step does not read the weights).
-TEST(DecayWeights, ThenAdamIsAdamWsStep) {
+// adamw_update (train.weight_decay): the decay folded into Adam's update,
+// p -= step + decay p. In double, against Adam's update of the same state less decay x
+// the weights (the step does not read them), and the moments Adam's.
+TEST(AdamW, IsAdamsStepLessTheDecayedShare) {
   std::mt19937 rng(6);
   std::uniform_real_distribution<double> uniform(-1.0, 1.0);
   const int n = 9;
@@ -134,17 +107,65 @@ TEST(DecayWeights, ThenAdamIsAdamWsStep) {
   const std::vector<double> original = params;
   std::vector<double> plain = params, m_plain = m, v_plain = v;
   const float lr = 0.01f, decay = lr * 0.1f;
-  cpu::decay_weights<double>(params.data(), n, decay);
-  cpu::adam_update<double>(params.data(), nullptr, grads.data(), m.data(), v.data(), n, lr, 0.9f,
-                           0.98f, 1e-9f, 1);
+  cpu::adamw_update<double>(params.data(), nullptr, grads.data(), m.data(), v.data(), n, lr, 0.9f,
+                            0.98f, 1e-9f, decay, 1);
   cpu::adam_update<double>(plain.data(), nullptr, grads.data(), m_plain.data(), v_plain.data(), n,
                            lr, 0.9f, 0.98f, 1e-9f, 1);
   for (int i = 0; i < n; ++i) {
-    // (p0 - decay p0 - step) - (p0 - step), in double: a few roundings of terms <= 1.
+    // (p0 - (step + decay p0)) - (p0 - step), in double: a few roundings of terms <= 1.
     EXPECT_NEAR(params[i] - plain[i], -static_cast<double>(decay) * original[i], 1e-15) << i;
   }
   EXPECT_EQ(m, m_plain);
   EXPECT_EQ(v, v_plain);
+  // Decay 0 is Adam, bit for bit.
+  std::vector<double> undecayed = original, m0(n, 0.0), v0(n, 0.0);
+  cpu::adamw_update<double>(undecayed.data(), nullptr, grads.data(), m0.data(), v0.data(), n, lr,
+                            0.9f, 0.98f, 1e-9f, 0.0f, 1);
+  EXPECT_EQ(undecayed, plain);
+}
+
+// In float, a decay far below half a weight's float step (1e-8 of it; a separate
+// p -= decay p, fairseq's and PyTorch's form, changes no weight below 2^-25 ~ 3e-8) is not
+// lost: it moves the rounding of the whole update, so over many weights the decayed
+// run's weights sit below Adam's by decay x |p| on average, to a few percent. And the
+// compute copy is the updated masters, as adam_update's.
+TEST(AdamW, KeepsADecayBelowHalfAFloatStepOnAverage) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  const int n = 200000;
+  std::vector<float> params(n), grads(n);
+  for (float& x : params) x = uniform(rng);
+  for (float& x : grads) x = uniform(rng);
+  // Moments of a run under way (step 1000), so that the steps differ from weight to weight
+  // in their last bits, as in training: at step 1 from zero moments every step is
+  // lr g / |g|, the same for all, and the decay's share of the rounding is then the same
+  // for every weight of a binade instead of spread.
+  std::vector<float> m(n), v(n);
+  std::uniform_real_distribution<float> first(-0.01f, 0.01f), second(1e-3f, 1e-2f);
+  for (float& x : m) x = first(rng);
+  for (float& x : v) x = second(rng);
+  const std::vector<float> original = params;
+  std::vector<float> plain = params, m_plain = m, v_plain = v;
+  std::vector<float> compute(n, NAN);
+  const float lr = 1e-3f, decay = 1e-8f;
+  cpu::adamw_update<float>(params.data(), compute.data(), grads.data(), m.data(), v.data(), n,
+                           lr, 0.9f, 0.98f, 1e-9f, decay, 1000);
+  cpu::adam_update<float>(plain.data(), nullptr, grads.data(), m_plain.data(), v_plain.data(), n,
+                          lr, 0.9f, 0.98f, 1e-9f, 1000);
+  double shrink = 0.0, magnitude = 0.0;
+  int moved = 0;
+  for (int i = 0; i < n; ++i) {
+    const double toward_zero =
+        (static_cast<double>(plain[i]) - params[i]) * (original[i] > 0 ? 1.0 : -1.0);
+    shrink += toward_zero;
+    magnitude += std::abs(static_cast<double>(original[i]));
+    moved += params[i] != plain[i];
+  }
+  // Each weight moves by 0 or 1 float step (6e-8 of it at most, 1e-8 expected): the mean
+  // of 200,000 such has a relative error of about 2 / sqrt(200,000 x 1/6) ~ 1%.
+  EXPECT_NEAR(shrink / magnitude, decay, 0.05 * decay);
+  EXPECT_GT(moved, n / 20);
+  EXPECT_EQ(compute, params);
 }
 
 // ---- the one-pass Adam's body on the host (kernels/cuda/fused_adam.cuh) ----------------
@@ -185,7 +206,7 @@ float widened(HostBf16 value) { return float_from_bf16(value.bits); }
 // n parameters updated by `threads` host calls of the body (each a thread of the grid),
 // three steps, against the CPU's Adam: the same masters and moments bit for bit (every
 // element updated once, by the same arithmetic), the compute copy the masters rounded to T.
-template <typename T>
+template <typename T, bool kDecay = false>
 void expect_fused_body_matches_cpu(int64_t n, int64_t threads, uint32_t seed) {
   SCOPED_TRACE("n " + std::to_string(n) + " threads " + std::to_string(threads));
   std::mt19937 rng(seed);
@@ -210,12 +231,18 @@ void expect_fused_body_matches_cpu(int64_t n, int64_t threads, uint32_t seed) {
   std::vector<T> compute(count + 4, HostMoves{}.round<T>(NAN));
   for (int64_t step = 1; step <= 3; ++step) {
     for (size_t i = 0; i < count; ++i) grads[i] = uniform(rng);
-    cpu::adam_update<float>(cpu_params.data(), nullptr, grads, cpu_m.data(), cpu_v.data(), n,
-                            1e-3f, 0.9f, 0.98f, 1e-9f, step);
+    const float decay = kDecay ? 3e-8f : 0.0f;  // (below half a float step of most weights)
+    if (kDecay) {
+      cpu::adamw_update<float>(cpu_params.data(), nullptr, grads, cpu_m.data(), cpu_v.data(), n,
+                               1e-3f, 0.9f, 0.98f, 1e-9f, decay, step);
+    } else {
+      cpu::adam_update<float>(cpu_params.data(), nullptr, grads, cpu_m.data(), cpu_v.data(), n,
+                              1e-3f, 0.9f, 0.98f, 1e-9f, step);
+    }
     const fused_adam::Constants c = fused_adam::constants_for(1e-3f, 0.9f, 0.98f, 1e-9f, step);
     for (int64_t thread = 0; thread < threads; ++thread) {
-      fused_adam::thread_body<T>(HostMoves{}, thread, threads, c, params, compute.data(), grads,
-                                 m, v, n);
+      fused_adam::thread_body<T, HostMoves, kDecay>(HostMoves{}, thread, threads, c, params,
+                                                    compute.data(), grads, m, v, n, decay);
     }
   }
   EXPECT_EQ(std::vector<float>(params, params + count), cpu_params);
@@ -236,6 +263,18 @@ TEST(FusedAdamOnTheHost, EveryElementUpdatedOnceAsTheCpu) {
     for (int64_t threads : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{64}, int64_t{300}}) {
       expect_fused_body_matches_cpu<float>(n, threads, seed++);
       expect_fused_body_matches_cpu<HostBf16>(n, threads, seed++);
+    }
+  }
+}
+
+// AdamW's form of the same body (the candidate weight_decay's kernels): the CPU's
+// adamw_update bit for bit.
+TEST(FusedAdamOnTheHost, AdamWsUpdateIsTheCpusAdamW) {
+  uint32_t seed = 80;
+  for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{11}, int64_t{1027}}) {
+    for (int64_t threads : {int64_t{1}, int64_t{3}, int64_t{300}}) {
+      expect_fused_body_matches_cpu<float, true>(n, threads, seed++);
+      expect_fused_body_matches_cpu<HostBf16, true>(n, threads, seed++);
     }
   }
 }
@@ -279,33 +318,6 @@ TEST(CudaAdam, UpdateMatchesCpu) {
   Pair p = both.param({1.0f});
   EXPECT_ANY_THROW(
       both.gpu().adam_update(p.gpu, Tensor{}, p.gpu, p.gpu, p.gpu, 1, lr, beta1, beta2, eps, 0));
-}
-
-// The candidate weight_decay (not yet run on a GPU): decay_weights is the CPU's x -= decay x
-// bit for bit (the product and the difference each rounded once, no FMA), over sizes
-// that leave grid-stride tails, at a realistic decay and a large one; without the
-// candidate the GPU refuses it, naming the setting.
-TEST(CudaCandidateWeightDecay, DecayIsTheCpusBitForBit) {
-  THPC_REQUIRE_GPU();
-  std::mt19937 rng(8);
-  Twins twins(DType::F32, kernels_with(kWeightDecay));
-  for (int64_t n : {int64_t{1}, int64_t{1027}, int64_t{1000003}}) {
-    for (float decay : {7e-8f, 0.01f}) {
-      SCOPED_TRACE(describe(DType::F32, n) + " decay " + std::to_string(decay));
-      Both both(twins);
-      Pair weights = both.param(random_values(static_cast<size_t>(n), rng));
-      both.cpu().decay_weights(weights.cpu, n, decay);
-      both.gpu().decay_weights(weights.gpu, n, decay);
-      EXPECT_EQ(both.gpu_values(weights), both.cpu_values(weights));
-    }
-  }
-  if (!twin_rehearsal()) {
-    Twins verified(DType::F32);
-    Both both(verified);
-    Pair one = both.param({1.0f});
-    expect_error([&] { both.gpu().decay_weights(one.gpu, 1, 0.5f); },
-                 {"decay_weights", "weight_decay", "train.cuda_kernels"});
-  }
 }
 
 // `t` without its first element: a view whose data is 4 bytes (a float) or 2 (bf16) past
@@ -406,6 +418,53 @@ TEST(CudaAdam, FusedPassEqualsTheSeparateKernelsBitForBit) {
       EXPECT_EQ(fused.v, separate.v);
       EXPECT_EQ(fused.compute, separate.compute);
     }
+  }
+}
+
+// The candidate weight_decay (not yet run on a GPU): adamw_update is the CPU's bit for bit
+// (the CPU's operations in its order, as adam_update's twin), three steps over sizes
+// that leave tails, through the fused pass with a bf16 compute copy and through the
+// scalar kernel (views one float into the buffers), at a decay below half a float step
+// and a large one; without the candidate the GPU refuses it, naming the setting.
+TEST(CudaCandidateWeightDecay, AdamWIsTheCpusBitForBit) {
+  THPC_REQUIRE_GPU();
+  std::mt19937 rng(8);
+  Twins twins(DType::F32, kernels_with(kWeightDecay));
+  for (int64_t n : {int64_t{5}, int64_t{1027}, int64_t{1000003}}) {
+    for (float decay : {1e-8f, 0.01f}) {
+      for (bool views : {false, true}) {
+        SCOPED_TRACE(describe(DType::F32, n) + " decay " + std::to_string(decay) +
+                     (views ? " (views)" : ""));
+        const size_t count = static_cast<size_t>(n);
+        Both both(twins);
+        Pair params = both.param(random_values(count, rng));
+        Pair m = both.param(random_values(count, rng, -0.01f, 0.01f));
+        Pair v = both.param(random_values(count, rng, 1e-3f, 1e-2f));
+        const auto view = [&](Tensor t) { return views ? shifted(t) : t; };
+        const int64_t length = views ? n - 1 : n;
+        for (int64_t step = 1; step <= 3; ++step) {
+          Pair grads = both.param(random_values(count, rng, -0.1f, 0.1f));
+          both.cpu().adamw_update(view(params.cpu), Tensor{}, view(grads.cpu), view(m.cpu),
+                                  view(v.cpu), length, 1e-3f, 0.9f, 0.98f, 1e-9f, decay, step);
+          both.gpu().adamw_update(view(params.gpu), Tensor{}, view(grads.gpu), view(m.gpu),
+                                  view(v.gpu), length, 1e-3f, 0.9f, 0.98f, 1e-9f, decay, step);
+        }
+        EXPECT_EQ(both.gpu_values(params), both.cpu_values(params));
+        EXPECT_EQ(both.gpu_values(m), both.cpu_values(m));
+        EXPECT_EQ(both.gpu_values(v), both.cpu_values(v));
+      }
+    }
+  }
+  if (!twin_rehearsal()) {
+    Twins verified(DType::F32);
+    Both both(verified);
+    Pair one = both.param({1.0f});
+    expect_error(
+        [&] {
+          both.gpu().adamw_update(one.gpu, Tensor{}, one.gpu, one.gpu, one.gpu, 1, 1e-3f, 0.9f,
+                                  0.98f, 1e-9f, 0.5f, 1);
+        },
+        {"adamw_update", "weight_decay", "train.cuda_kernels"});
   }
 }
 

@@ -115,6 +115,16 @@ TEST(Dropout, MaskIsTheDrawOfTheFlatIndex) {
   }
   EXPECT_GT(dropped, 0);
   EXPECT_LT(dropped, n);
+  // In place, y over x, and the backward's dx over dy (kWrite): the same bits.
+  Values in_place = x;
+  cpu::dropout_forward<double>(in_place.data(), in_place.data(), n, p, kDropoutKey);
+  EXPECT_EQ(in_place, y);
+  Values written(n, 7.0), dy_in_place = sub;
+  cpu::dropout_backward<double>(written.data(), sub.data(), n, p, kDropoutKey,
+                                GradStore::kWrite);
+  cpu::dropout_backward<double>(dy_in_place.data(), dy_in_place.data(), n, p, kDropoutKey,
+                                GradStore::kWrite);
+  EXPECT_EQ(dy_in_place, written);
   // Another step draws another mask.
   DropoutKey next_step = kDropoutKey;
   next_step.step += 1;
@@ -440,6 +450,15 @@ TEST(CudaElementwise, DropoutMatchesCpuMaskExactly) {
     both.cpu().dropout_backward(dx.cpu, dy.cpu, n, p, key, GradStore::kAdd);
     both.gpu().dropout_backward(dx.gpu, dy.gpu, n, p, key, GradStore::kAdd);
     EXPECT_TRUE(all_close(both.gpu_values(dx), both.cpu_values(dx), 0.0, rel));
+
+    // In place (the FFN's activation dropout, 2026-12-07): y over x, dx over dy with
+    // kWrite, the out-of-place results' bits.
+    both.gpu().dropout_forward(x.gpu, x.gpu, n, p, key);
+    EXPECT_EQ(both.gpu_values(x), y_gpu);
+    Pair written = both.act_poisoned(n);
+    both.gpu().dropout_backward(written.gpu, dy.gpu, n, p, key, GradStore::kWrite);
+    both.gpu().dropout_backward(dy.gpu, dy.gpu, n, p, key, GradStore::kWrite);
+    EXPECT_EQ(both.gpu_values(dy), both.gpu_values(written));
   });
 }
 
