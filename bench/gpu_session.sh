@@ -485,9 +485,13 @@ readonly CANDIDATES_ACT_IN_TRAINING=1
 # step_graphs'; and linear.cu's and layernorm.cu's column sums, whose verified path
 # fuller_column_sums left as it was (its launches now through finish_column_sums); and
 # linear.cu's plans, their descriptors and preference made by describe() and
-# preference_for() (the same calls, moved for the GEMM sweep, whose test is CudaGemmSweep).
+# preference_for() (the same calls, moved for the GEMM sweep, whose test is CudaGemmSweep);
+# and (2026-12-07) cross_entropy.cu's softmax_nll_rows, a host entry to the loss's kernels
+# for scoring (CudaCrossEntropy.NllRowsMatchCpu), adam.cu's launches shared with the
+# candidate weight_decay's AdamW (CudaAdam), and the dropout ops run in place by the FFN's
+# activation dropout (CudaElementwise.DropoutMatchesCpuMaskExactly).
 readonly CHANGED_TWINS="CudaCapturedDecoding|CudaReluBiasBackward|CudaLayerNorm|CudaAddNorm|\
-CudaVectorNorms|CudaLinear|CudaGemmSweep"
+CudaVectorNorms|CudaLinear|CudaGemmSweep|CudaCrossEntropy|CudaAdam|CudaElementwise"
 
 # What the step and followup stages build: the benchmark, the trainer (the program against
 # the benchmark), every kernel twin test executable and the whole-model GPU tests.

@@ -135,7 +135,8 @@ TEST(ReferenceScores, AHypothesisScoresTheLogProbabilityTheSearchGaveIt) {
 }
 
 // The logits in chunks of 3 rows (chunks that split sentences, sentences of one row),
-// each pair alone, and the batches make_scoring_batches cuts: the same scores.
+// each pair alone, and the batches make_scoring_batches cuts: the same scores (and, for
+// the chunks, the same piece scores).
 TEST(ReferenceScores, PaddingChunksAndBatchingChangeOnlyRounding) {
   auto backend = make_cpu_backend(DType::F32);
   Transformer model = small_model(*backend, false, "post", 9);
@@ -150,12 +151,27 @@ TEST(ReferenceScores, PaddingChunksAndBatchingChangeOnlyRounding) {
        make_scoring_batches(kSources, kReferences, scored, 12, 1)) {
     score_batch({&model}, {}, kIds, kSources, kReferences, batch, batched);
   }
+  DecodeBatch all;
+  for (size_t i = 0; i < kSources.size(); ++i) all.members.push_back(i);
+  std::vector<double> unchunked(kSources.size(), 0.0);
+  std::vector<std::vector<float>> whole_pieces(kSources.size());
+  score_batch({&model}, {}, kIds, kSources, kReferences, all, unchunked, &whole_pieces);
   for (const int chunk_rows : {3, 1}) {
     model.set_loss_chunk_rows(chunk_rows);
     const std::vector<double> chunked = score_all({&model}, {}, kSources, kReferences);
+    // And each piece's score, whichever chunk holds its row (a chunk's rows are the
+    // pieces of the sentences it splits, in order).
+    std::vector<double> with_pieces(kSources.size(), 0.0);
+    std::vector<std::vector<float>> pieces(kSources.size());
+    score_batch({&model}, {}, kIds, kSources, kReferences, all, with_pieces, &pieces);
     for (size_t i = 0; i < kSources.size(); ++i) {
       EXPECT_NEAR(chunked[i], whole[i], kSentenceTolerance) << "chunks of " << chunk_rows
                                                             << ", pair " << i;
+      ASSERT_EQ(pieces[i].size(), whole_pieces[i].size()) << "pair " << i;
+      for (size_t t = 0; t < pieces[i].size(); ++t) {
+        EXPECT_NEAR(pieces[i][t], whole_pieces[i][t], 1e-5)
+            << "chunks of " << chunk_rows << ", pair " << i << " piece " << t;
+      }
     }
   }
   for (size_t i = 0; i < kSources.size(); ++i) {

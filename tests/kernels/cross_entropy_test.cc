@@ -652,8 +652,9 @@ TEST(CudaCrossEntropy, BadTargetThrows) {
 // read back: against the CPU's row by row, to the sums' bound for one row (1e-4 + 1e-5
 // relative: the fp32 log-sum-exp of up to 37003 terms), in both compute dtypes (bf16
 // rounds only the inputs, which both sides read); pad rows exactly 0; every other row
-// positive (a row left unwritten would read as the scratch's last contents); no rows:
-// nothing; a bad target throws naming its row, and the backend goes on.
+// positive (a row left unwritten would read as the NaN a call on NaN logits left in the
+// scratch just before); no rows: nothing; a bad target throws naming its row, and the
+// backend goes on.
 TEST(CudaCrossEntropy, NllRowsMatchCpu) {
   THPC_REQUIRE_GPU();
   std::vector<LossCase> cases = loss_cases();
@@ -672,6 +673,11 @@ TEST(CudaCrossEntropy, NllRowsMatchCpu) {
     for (const LossCase& c : cases) {
       SCOPED_TRACE(c.name + " in " + dtype_name(dtype));
       const LossData data(c, dtype, rng);
+      // First the same rows with NaN logits, so that the scratch the rows' nll pass through
+      // holds NaN where a row of the next call would be left unwritten.
+      LossData poison = data;
+      for (float& z : poison.logits) z = NAN;
+      nll_rows(*twins.gpu, dtype, c, poison);
       const std::vector<double> cpu = nll_rows(*twins.cpu, DType::F32, c, data);
       const std::vector<double> gpu = nll_rows(*twins.gpu, dtype, c, data);
       ASSERT_EQ(gpu.size(), cpu.size());
