@@ -48,6 +48,7 @@
 #include "train/checkpoint_keeping.h"
 #include "train/footprint.h"
 #include "train/idle_settings.h"
+#include "train/lr_schedule.h"
 #include "train/rank_agreement.h"
 #include "train/resume.h"
 #include "train/run_directory.h"
@@ -334,6 +335,16 @@ void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::os
   thpc::add_transformer_parameters(config.model, vocab, table);
   out << config.to_ini() << "\n# parameters: " << table.count() << " (vocabulary " << vocab
       << ")\n";
+  // The rate the schedule peaks at (fairseq's --lr is the peak: a user bringing one works
+  // train.lr_scale out from the formula, and read nowhere what it gave).
+  const int64_t peak_step = std::max<int64_t>(1, config.train.warmup_steps);
+  std::ostringstream rates;
+  rates << std::setprecision(4) << "# learning rate: peak "
+        << thpc::scheduled_learning_rate(peak_step, config) << " at step " << peak_step
+        << " (train.lr_scale x (d_model x warmup_steps)^-0.5), "
+        << thpc::scheduled_learning_rate(config.train.max_steps, config) << " at step "
+        << config.train.max_steps << "\n";
+  out << rates.str();
   if (!start.resumed_from.empty()) {
     out << "# training would resume from " << start.resumed_from << " (step " << start.step
         << ")\n";

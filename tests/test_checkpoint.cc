@@ -232,6 +232,31 @@ TEST_F(CheckpointTest, RoundTripIsBitwise) {
   EXPECT_EQ(restored.step().loss, trainer.step().loss);
 }
 
+// With activation dropout and weight decay (fairseq's --activation-dropout and
+// --weight-decay) a resumed run is the uninterrupted one too: the new dropout site's masks
+// are keyed by the step as the others', and the decay reads nothing but the step's lr.
+// (A user's walk resumed such a run with a binary built between the run and its resume,
+// and saw it differ: checkpoints record which build wrote them, and it showed.)
+TEST_F(CheckpointTest, ARegularisedRunResumesBitIdentically) {
+  const Config config = small_config(
+      path("regularised"), {"model.activation_dropout=0.2", "train.weight_decay=0.05"});
+  Trainer trainer(config);
+  trainer.step();
+  trainer.step();
+  const std::string file = path("regularised/" + checkpoint_file_name(2));
+  write_checkpoint(file, trainer.snapshot());
+  Trainer restored(config);
+  restored.restore(read_checkpoint(file), file);
+  for (int step = 3; step <= 5; ++step) {
+    EXPECT_EQ(restored.step().loss, trainer.step().loss) << "step " << step;
+  }
+  EXPECT_EQ(restored.model().params().sha256_hex(), trainer.model().params().sha256_hex());
+  // And neither setting is idle: without them the same steps train otherwise.
+  Trainer plain(small_config(path("plain")));
+  for (int step = 1; step <= 5; ++step) plain.step();
+  EXPECT_NE(plain.model().params().sha256_hex(), trainer.model().params().sha256_hex());
+}
+
 // The work the other ranks of a job may wait through (rank 0's checkpoint, a resume's read,
 // a model's initialisation, the parameters' digest the ranks compare) gives a sign of work
 // with each piece (common/still_working.h): a trial with dist.timeout_s = 1 and a 1.9 GB

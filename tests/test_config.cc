@@ -1014,6 +1014,15 @@ TEST(Config, AnUnknownKeySaysTheKeyMostLikelyMeant) {
       {"train.update_freq", "here it is train.accumulate, micro-batches that share "
                             "train.tokens_per_step (fairseq's --update-freq multiplies"},
       {"model.relu_dropout", "here it is model.activation_dropout (tensor2tensor's name)"},
+      // fairseq's IWSLT recipe, as a user's walk wrote it.
+      {"train.lr_scheduler", "the schedule is always the paper's, fairseq's inverse_sqrt"},
+      {"encoder-layers", "here it is model.layers, the encoder's and the decoder's alike"},
+      {"model.decoder_ffn_embed_dim", "here it is model.d_ff"},
+      {"share-decoder-input-output-embed", "always so here: one matrix embeds the source"},
+      {"eval_bleu", "here it is train.valid_bleu"},
+      {"best_checkpoint_metric", "here it is checkpoint.keep_best"},
+      {"model.arch", "the architecture is set key by key"},
+      {"optimizer", "the optimizer is Adam"},
       {"transformer-dropout-ffn", "here it is model.activation_dropout (Marian's name)"},
       // fairseq's spelling, with '-'; and its name where its section is not the key's
       // ([decode] has no step to size: fairseq-generate's --max-tokens is a batch).

@@ -697,6 +697,38 @@ constexpr OtherToolkitsName kOtherToolkitsNames[] = {
     {"model", "relu_dropout", "here it is model.activation_dropout (tensor2tensor's name)"},
     {"model", "transformer_dropout_ffn", "here it is model.activation_dropout (Marian's name)"},
     {"train", "fp16", "here it is train.precision = bf16, on the GPU (the CPU trains in fp32)"},
+    {"train", "lr_scheduler",
+     "the schedule is always the paper's, fairseq's inverse_sqrt from 0: lrate = lr_scale x "
+     "d_model^-0.5 x min(step^-0.5, step x warmup_steps^-1.5) (--dry-run prints its peak)"},
+    {"train", "warmup_init_lr", "the warm-up starts from 0 here, for train.warmup_steps steps"},
+    {"train", "optimizer",
+     "the optimizer is Adam: train.adam_beta1, train.adam_beta2, train.adam_eps, and "
+     "train.weight_decay for AdamW"},
+    {"train", "criterion", "the loss is label-smoothed cross-entropy: model.label_smoothing"},
+    {"train", "batch_size", "batches are counted in tokens here: train.tokens_per_step"},
+    {"train", "max_sentences", nullptr},
+    {"train", "eval_bleu", "here it is train.valid_bleu, at each train.valid_every steps"},
+    {"checkpoint", "best_checkpoint_metric", "here it is checkpoint.keep_best"},
+    {"checkpoint", "no_epoch_checkpoints",
+     "checkpoints are written by steps and minutes here (checkpoint.every_steps, "
+     "checkpoint.minutes), never by epochs"},
+    {"model", "arch",
+     "the architecture is set key by key: model.layers, model.d_model, model.d_ff, "
+     "model.heads (input/base.ini and input/big.ini are the paper's base and big)"},
+    {"model", "encoder_layers", "here it is model.layers, the encoder's and the decoder's alike"},
+    {"model", "decoder_layers", nullptr},
+    {"model", "encoder_embed_dim", "here it is model.d_model"},
+    {"model", "decoder_embed_dim", nullptr},
+    {"model", "encoder_ffn_embed_dim", "here it is model.d_ff"},
+    {"model", "decoder_ffn_embed_dim", nullptr},
+    {"model", "encoder_attention_heads", "here it is model.heads"},
+    {"model", "decoder_attention_heads", nullptr},
+    {"model", "encoder_normalize_before", "here it is model.norm = pre"},
+    {"model", "decoder_normalize_before", nullptr},
+    {"model", "share_all_embeddings",
+     "always so here: one matrix embeds the source and the target and is the output "
+     "projection (§3.4), over one vocabulary"},
+    {"model", "share_decoder_input_output_embed", nullptr},
 };
 
 // Whether `name` (valid_beam) holds `words` (beam) as one or more of its '_'-separated
