@@ -28,15 +28,17 @@ const SpecialIds kIds;
 // factor of ten (the largest difference seen is between 2e-6 and 1e-5).
 constexpr double kSentenceTolerance = 1e-4;
 
-// Every pair in one batch.
+// Every pair in one batch (with `pieces`, each piece's score too).
 std::vector<double> score_all(const std::vector<Transformer*>& models,
                               const std::vector<float>& weights,
                               const std::vector<TokenSequence>& sources,
-                              const std::vector<TokenSequence>& references) {
+                              const std::vector<TokenSequence>& references,
+                              std::vector<std::vector<float>>* pieces = nullptr) {
   DecodeBatch all;
   for (size_t i = 0; i < sources.size(); ++i) all.members.push_back(i);
   std::vector<double> scores(sources.size(), 0.0);
-  score_batch(models, weights, kIds, sources, references, all, scores);
+  if (pieces != nullptr) pieces->assign(sources.size(), {});
+  score_batch(models, weights, kIds, sources, references, all, scores, pieces);
   return scores;
 }
 
@@ -67,14 +69,12 @@ TEST(ReferenceScores, PieceScoresAreTheOraclesNextTokenLogProbabilities) {
   auto backend = make_cpu_backend(DType::F32);
   Transformer a = small_model(*backend, false, "post", 9);
   Transformer b = small_model(*backend, true, "pre", 31);
-  DecodeBatch all;
-  for (size_t i = 0; i < kSources.size(); ++i) all.members.push_back(i);
   for (const std::vector<Transformer*>& models :
        {std::vector<Transformer*>{&a}, std::vector<Transformer*>{&a, &b}}) {
-    std::vector<double> scores(kSources.size(), 0.0), without(kSources.size(), 0.0);
-    std::vector<std::vector<float>> pieces(kSources.size());
-    score_batch(models, {1.0f, 3.0f}, kIds, kSources, kReferences, all, scores, &pieces);
-    score_batch(models, {1.0f, 3.0f}, kIds, kSources, kReferences, all, without);
+    std::vector<std::vector<float>> pieces;
+    const std::vector<double> scores =
+        score_all(models, {1.0f, 3.0f}, kSources, kReferences, &pieces);
+    const std::vector<double> without = score_all(models, {1.0f, 3.0f}, kSources, kReferences);
     const std::vector<float> w = models.size() == 1 ? std::vector<float>{1.0f}
                                                      : std::vector<float>{0.25f, 0.75f};
     for (size_t i = 0; i < kSources.size(); ++i) {
@@ -151,19 +151,15 @@ TEST(ReferenceScores, PaddingChunksAndBatchingChangeOnlyRounding) {
        make_scoring_batches(kSources, kReferences, scored, 12, 1)) {
     score_batch({&model}, {}, kIds, kSources, kReferences, batch, batched);
   }
-  DecodeBatch all;
-  for (size_t i = 0; i < kSources.size(); ++i) all.members.push_back(i);
-  std::vector<double> unchunked(kSources.size(), 0.0);
-  std::vector<std::vector<float>> whole_pieces(kSources.size());
-  score_batch({&model}, {}, kIds, kSources, kReferences, all, unchunked, &whole_pieces);
+  std::vector<std::vector<float>> whole_pieces;
+  score_all({&model}, {}, kSources, kReferences, &whole_pieces);
   for (const int chunk_rows : {3, 1}) {
     model.set_loss_chunk_rows(chunk_rows);
-    const std::vector<double> chunked = score_all({&model}, {}, kSources, kReferences);
     // And each piece's score, whichever chunk holds its row (a chunk's rows are the
     // pieces of the sentences it splits, in order).
-    std::vector<double> with_pieces(kSources.size(), 0.0);
-    std::vector<std::vector<float>> pieces(kSources.size());
-    score_batch({&model}, {}, kIds, kSources, kReferences, all, with_pieces, &pieces);
+    std::vector<std::vector<float>> pieces;
+    const std::vector<double> chunked =
+        score_all({&model}, {}, kSources, kReferences, &pieces);
     for (size_t i = 0; i < kSources.size(); ++i) {
       EXPECT_NEAR(chunked[i], whole[i], kSentenceTolerance) << "chunks of " << chunk_rows
                                                             << ", pair " << i;

@@ -137,11 +137,8 @@ std::string backend_impossible(const Config& config) {
            "or auto";
   }
   // The weight decay's GPU kernel has not yet run on a GPU: it runs only when asked for.
-  unsigned candidates = kNoCandidates;
-  std::string unparsed;  // (validate() has said so already)
   if (config.train.weight_decay > 0.0f && !on_the_cpu() &&
-      parse_candidate_kernels(config.train.cuda_kernels, candidates, unparsed) &&
-      (candidates & kWeightDecay) == 0) {
+      (backend_request(config.train, 0).cuda_kernels.candidates & kWeightDecay) == 0) {
     std::ostringstream why;
     why << config.source_file << ": train.weight_decay = " << config.train.weight_decay
         << config.on_command_line("train.weight_decay")
