@@ -196,20 +196,32 @@ std::vector<double> download_f64(Backend& backend, Tensor t) {
 // final norms: every parameter tensor is sampled, encoder.norm and decoder.norm among
 // them, and the embedding's gradient has come through all of it), and the FFN's
 // activation dropout (W2's input the dropped hidden layer, the ReLU's backward through
-// the same mask).
+// the same mask), and a separate source vocabulary (the encoder's own table, its source
+// ids beyond the target's 13, the target table still tied to the projection); the last
+// parameter is that source vocabulary's size (0: shared).
 class ModelGradient
-    : public ::testing::TestWithParam<std::tuple<bool, bool, const char*, const char*, float>> {};
+    : public ::testing::TestWithParam<
+          std::tuple<bool, bool, const char*, const char*, float, int>> {};
+
+// small_batch's pairs with source ids up to 16: of a source vocabulary of 17, beyond
+// the target's 13.
+Batch small_batch_of_separate_vocabularies() {
+  const std::vector<TokenSequence> sources = {{4, 5, 16, 7, 8}, {13, 10}, {15, 14, 12}};
+  const std::vector<TokenSequence> targets = {{5, 6}, {7, 8, 9, 10, 11, 12}, {4}};
+  return make_batch(sources, targets, SpecialIds{});
+}
 
 TEST_P(ModelGradient, MatchesCentralDifferences) {
-  const auto [learned_positions, attention_bias, fused_ops, norm, activation_dropout] =
-      GetParam();
+  const auto [learned_positions, attention_bias, fused_ops, norm, activation_dropout,
+              source_vocab] = GetParam();
   ModelConfig c = small_model(learned_positions, attention_bias);
   c.fused_ops = fused_ops;
   c.norm = norm;
   c.activation_dropout = activation_dropout;
   auto backend = make_cpu_backend(DType::F64);
-  Transformer model(c, 13, SpecialIds{}, *backend, 7);
-  const Batch batch = small_batch();
+  Transformer model(c, VocabularySizes{13, source_vocab}, SpecialIds{}, *backend, 7);
+  const Batch batch =
+      source_vocab > 0 ? small_batch_of_separate_vocabularies() : small_batch();
   const DropoutContext dropout{11, 3, 1};
   const double scale = 1.0 / static_cast<double>(batch.tgt_tokens());
   ParamStore& params = model.params();
@@ -251,16 +263,18 @@ TEST_P(ModelGradient, MatchesCentralDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, ModelGradient,
-                         ::testing::Values(std::make_tuple(false, false, "on", "post", 0.0f),
-                                           std::make_tuple(true, true, "on", "post", 0.0f),
-                                           std::make_tuple(false, false, "off", "post", 0.0f),
-                                           std::make_tuple(true, true, "off", "post", 0.0f),
-                                           std::make_tuple(false, false, "on", "pre", 0.0f),
-                                           std::make_tuple(true, true, "on", "pre", 0.0f),
-                                           std::make_tuple(false, false, "off", "pre", 0.0f),
-                                           std::make_tuple(true, true, "off", "pre", 0.0f),
-                                           std::make_tuple(false, false, "on", "post", 0.3f),
-                                           std::make_tuple(true, true, "off", "pre", 0.3f)));
+                         ::testing::Values(std::make_tuple(false, false, "on", "post", 0.0f, 0),
+                                           std::make_tuple(true, true, "on", "post", 0.0f, 0),
+                                           std::make_tuple(false, false, "off", "post", 0.0f, 0),
+                                           std::make_tuple(true, true, "off", "post", 0.0f, 0),
+                                           std::make_tuple(false, false, "on", "pre", 0.0f, 0),
+                                           std::make_tuple(true, true, "on", "pre", 0.0f, 0),
+                                           std::make_tuple(false, false, "off", "pre", 0.0f, 0),
+                                           std::make_tuple(true, true, "off", "pre", 0.0f, 0),
+                                           std::make_tuple(false, false, "on", "post", 0.3f, 0),
+                                           std::make_tuple(true, true, "off", "pre", 0.3f, 0),
+                                           std::make_tuple(false, false, "on", "post", 0.0f, 17),
+                                           std::make_tuple(true, true, "off", "pre", 0.0f, 17)));
 
 // model.activation_dropout (fairseq's --activation-dropout): in a training pass each layer's
 // FFN draws one dropout over its [rows, d_ff] hidden layer with the key's own site
@@ -313,6 +327,60 @@ TEST(ActivationDropout, DropsEachFfnsHiddenLayerInTrainingOnly) {
   }
   EXPECT_GT(std::abs(train_losses[1] - train_losses[0]), 1e-6 * train_losses[0]);
   EXPECT_EQ(valid_losses[1], valid_losses[0]);
+}
+
+// Separate vocabularies: the source ids index the encoder's own table, the target table
+// stays the projection's and the target lookups'. The tied table summed per use
+// (dist.embedding_sum = per_use, what GradientSums does on several ranks) then collects
+// the target lookups apart, and only those rows (the source's ids, up to 16, are not rows
+// of a 13-row table): added back, the gradient is the plain pass's, to the order of
+// additions.
+TEST(SeparateVocabularies, TheTargetLookupsSummedApartGiveThePlainGradient) {
+  const ModelConfig c = small_model(false, false);
+  auto backend = make_cpu_backend(DType::F64);
+  const VocabularySizes sizes{13, 17};
+  Transformer plain(c, sizes, SpecialIds{}, *backend, 7);
+  Transformer apart(c, sizes, SpecialIds{}, *backend, 7);
+  ASSERT_EQ(plain.params().sha256_hex(), apart.params().sha256_hex());
+  ASSERT_TRUE(plain.separate_source_embedding());
+  EXPECT_EQ(plain.source_vocab_size(), 17);
+  EXPECT_EQ(plain.vocab_size(), 13);
+  EXPECT_EQ(plain.params().entry(kSourceEmbeddingName).numel(), 17 * c.d_model);
+  EXPECT_EQ(plain.params().entry("embed.weight").numel(), 13 * c.d_model);
+
+  const Batch batch = small_batch_of_separate_vocabularies();
+  const DropoutContext dropout{11, 3, 1};
+  const float scale = 1.0f / static_cast<float>(batch.tgt_tokens());
+  backend->zero(plain.params().grads());
+  const double plain_loss = plain.train_step(batch, scale, dropout).loss;
+
+  std::vector<int32_t> rows = batch.tgt_in;  // the target's lookups alone
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  apart.sum_lookups_apart(rows);
+  backend->zero(apart.params().grads());
+  EXPECT_EQ(apart.train_step(batch, scale, dropout).loss, plain_loss);
+  apart.add_lookup_gradient_rows(apart.lookup_gradient_rows());
+
+  const std::vector<double> expected = download_f64(*backend, plain.params().grads());
+  const std::vector<double> got = download_f64(*backend, apart.params().grads());
+  ASSERT_EQ(got.size(), expected.size());
+  double largest = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    largest = std::max(largest, std::abs(expected[i]));
+    // Only the order of the target lookups' additions differs: a few ulps in double.
+    EXPECT_NEAR(got[i], expected[i], 1e-14 + 1e-12 * std::abs(expected[i])) << "element " << i;
+  }
+  EXPECT_GT(largest, 1e-3);
+  // The source rows beyond the target's vocabulary learn: the encoder's table took them.
+  const ParamEntry& source = plain.params().entry(kSourceEmbeddingName);
+  for (const int id : {13, 14, 15, 16}) {
+    double norm = 0;
+    for (int k = 0; k < c.d_model; ++k) {
+      norm += std::abs(expected[source.offset + int64_t(id) * c.d_model + k]);
+    }
+    EXPECT_GT(norm, 1e-6) << "source id " << id;
+  }
 }
 
 // model.fused_ops on the CPU: the fused sub-layer ops give the separate ops' bits, so

@@ -83,12 +83,19 @@ LayerPass decoder_pass(const ModelConfig& c, int batch, int T, const int32_t* le
 // ---------------------------------------------------------------------------------
 // Parameter table
 
-void add_transformer_parameters(const ModelConfig& c, int vocab, ParamStore& store) {
+void add_transformer_parameters(const ModelConfig& c, int vocab, ParamStore& store,
+                                int source_vocab) {
   const int64_t d = c.d_model, dk = c.head_dim_k(), dv = c.head_dim_v(), h = c.heads;
   THPC_CHECK(vocab > 0, "the vocabulary size is " << vocab);
+  THPC_CHECK(source_vocab >= 0, "the source vocabulary size is " << source_vocab);
   store.add("embed.weight", vocab, d, ParamInit::EmbeddingNormal);
   if (c.positions == "learned") {
     store.add("embed.positions", c.max_positions, d, ParamInit::EmbeddingNormal);
+  }
+  // Before the layers: backward finishes its gradient last, with E's (the listener's
+  // gradients_final_from(0)).
+  if (source_vocab > 0) {
+    store.add(kSourceEmbeddingName, source_vocab, d, ParamInit::EmbeddingNormal);
   }
   auto add_norm = [&](const std::string& name) {
     store.add(name + ".gamma", 1, d, ParamInit::Ones);
@@ -146,7 +153,8 @@ std::vector<ProductWeight> product_weights(const ParamStore& store) {
 }
 
 bool is_product_weight(const std::string& name) {
-  return name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
+  return name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0 &&
+         name != kSourceEmbeddingName;
 }
 
 bool is_output_projection(const std::string& name) { return name == "embed.weight"; }
@@ -154,17 +162,19 @@ bool is_output_projection(const std::string& name) { return name == "embed.weigh
 
 // ---------------------------------------------------------------------------------
 
-Transformer::Transformer(const ModelConfig& config, int vocab_size, const SpecialIds& ids,
-                         Backend& backend, std::optional<uint64_t> init_seed, ModelUse use)
-    : config_(config), vocab_(vocab_size), ids_(ids), backend_(backend),
-      state_(std::make_unique<State>(backend)),
+Transformer::Transformer(const ModelConfig& config, VocabularySizes vocabularies,
+                         const SpecialIds& ids, Backend& backend,
+                         std::optional<uint64_t> init_seed, ModelUse use)
+    : config_(config), vocab_(vocabularies.target), source_vocab_(vocabularies.source),
+      ids_(ids), backend_(backend), state_(std::make_unique<State>(backend)),
       decoder_state_(std::make_unique<DecoderState>(backend)) {
-  add_transformer_parameters(config_, vocab_, params_);
+  add_transformer_parameters(config_, vocab_, params_, source_vocab_);
   params_.allocate(backend_, /*gradients=*/use == ModelUse::kTraining);
   if (init_seed) params_.initialize(*init_seed);
 
   State& s = *state_;
   s.embedding = lookup(params_, "embed.weight");
+  s.source_embedding = lookup(params_, kSourceEmbeddingName);
   s.positions = lookup(params_, "embed.positions");
   if (!s.positions.value) {
     // The fixed sinusoidal table, computed on the host in double and uploaded once.
@@ -291,8 +301,10 @@ void Transformer::forward_encoder(bool train, const DropoutContext& ctx,
 
   Tensor positions = s.positions.value ? s.positions.value : s.sinusoid;
   s.src_embedded = embedding_arena.take(sub.act, int64_t(rows) * d);
-  backend_.embedding_forward(s.src_embedded, s.src, s.embedding.value, positions, rows,
-                             s.src_len, d, vocab_, std::sqrt(static_cast<float>(d)));
+  const Tensor source_table =
+      separate_source_embedding() ? s.source_embedding.value : s.embedding.value;
+  backend_.embedding_forward(s.src_embedded, s.src, source_table, positions, rows, s.src_len,
+                             d, source_vocab_size(), std::sqrt(static_cast<float>(d)));
   Tensor x0 = embedding_arena.take(sub.act, int64_t(rows) * d);
   backend_.dropout_forward(x0, s.src_embedded, int64_t(rows) * d, p_drop,
                            dropout_key(ctx, SitePart::Embedding, 0, SiteSlot::SourceEmbedding));
@@ -695,8 +707,12 @@ void Transformer::backward_encoder(const DropoutContext& ctx) {
   backend_.dropout_backward(d_embedded, d_x0, int64_t(rows) * d, p_drop,
                             dropout_key(ctx, SitePart::Embedding, 0, SiteSlot::SourceEmbedding),
                             GradStore::kWrite);
-  backend_.embedding_backward(lookups_gradient(), s.positions.grad, d_embedded, s.src, rows,
-                              s.src_len, d, vocab_, std::sqrt(static_cast<float>(d)));
+  // A separate source table's gradient is its own, dense (never summed per use).
+  const Tensor source_gradient =
+      separate_source_embedding() ? s.source_embedding.grad : lookups_gradient();
+  backend_.embedding_backward(source_gradient, s.positions.grad, d_embedded, s.src, rows,
+                              s.src_len, d, source_vocab_size(),
+                              std::sqrt(static_cast<float>(d)));
   gradients_final_from(0);
 }
 

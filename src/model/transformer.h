@@ -9,6 +9,10 @@
 //   encoder-decoder attention, FFN;  FFN(x) = max(0, x W1 + b1) W2 + b2    (§3.3)
 //   logits  = h E^T (the embedding matrix is shared by both embeddings and the
 //             pre-softmax projection, §3.4); loss: label-smoothed cross-entropy (§5.4).
+//   With separate vocabularies (VocabularySizes::source > 0) the encoder looks its
+//   tokens up in a table of its own, E_src [source vocab, d] ("src_embed.weight"), and
+//   E stays shared by the target embedding and the projection (fairseq
+//   --share-decoder-input-output-embed, Marian --tied-embeddings).
 #pragma once
 
 #include <algorithm>
@@ -51,7 +55,18 @@ inline StepInputs step_inputs_for(const DropoutContext& dropout, float grad_scal
 
 // Adds the model's parameters (names, shapes, initialisation) to an empty store. Free
 // of any backend, so the parameter count of a config can be had without allocating.
-void add_transformer_parameters(const ModelConfig& config, int vocab_size, ParamStore& store);
+// source_vocab_size > 0: the encoder's own embedding table (separate vocabularies), laid
+// out after E (and the learned positions).
+void add_transformer_parameters(const ModelConfig& config, int vocab_size, ParamStore& store,
+                                int source_vocab_size = 0);
+
+// The vocabularies a model is built with: the target's (shared by both sides when source
+// is 0, the paper's one vocabulary, §3.4) and, separate, the source's.
+struct VocabularySizes {
+  int target = 0;
+  int source = 0;  // 0: the target's vocabulary and table serve the source too
+  int source_or_shared() const { return source > 0 ? source : target; }
+};
 
 // The matrices the forward pass multiplies activations by, as add_transformer_parameters
 // names them: each layer's projections and feed-forward layers (y = x W + b, W [in, out])
@@ -63,9 +78,11 @@ struct ProductWeight {
 };
 std::vector<ProductWeight> product_weights(const ParamStore& store);
 // The same by a parameter's name alone (a checkpoint's tensors): a weight matrix of a
-// product, and whether it is the tied embedding.
+// product, and whether it is the tied embedding. A separate source embedding
+// (kSourceEmbeddingName) is looked up only: not a product's weight.
 bool is_product_weight(const std::string& name);
 bool is_output_projection(const std::string& name);
+inline constexpr const char* kSourceEmbeddingName = "src_embed.weight";
 
 class Transformer {
  public:
@@ -74,13 +91,23 @@ class Transformer {
   // (decoding: drawing 63M random numbers only to overwrite them costs a second).
   // ModelUse::kInference allocates no gradients (train_step then refuses to run).
   enum class ModelUse { kTraining, kInference };
-  Transformer(const ModelConfig& config, int vocab_size, const SpecialIds& ids,
+  Transformer(const ModelConfig& config, VocabularySizes vocabularies, const SpecialIds& ids,
               Backend& backend, std::optional<uint64_t> init_seed,
               ModelUse use = ModelUse::kTraining);
+  // One vocabulary for both sides (the paper's).
+  Transformer(const ModelConfig& config, int vocab_size, const SpecialIds& ids,
+              Backend& backend, std::optional<uint64_t> init_seed,
+              ModelUse use = ModelUse::kTraining)
+      : Transformer(config, VocabularySizes{vocab_size, 0}, ids, backend, init_seed, use) {}
   ~Transformer();
 
   const ModelConfig& config() const { return config_; }
+  // The target vocabulary (the output projection's rows; both sides' when shared).
   int vocab_size() const { return vocab_; }
+  VocabularySizes vocabularies() const { return {vocab_, source_vocab_}; }
+  // The source ids' range: the source's own vocabulary, or the shared one.
+  int source_vocab_size() const { return source_vocab_ > 0 ? source_vocab_ : vocab_; }
+  bool separate_source_embedding() const { return source_vocab_ > 0; }
   ParamStore& params() { return params_; }
   const ParamStore& params() const { return params_; }
   Backend& backend() { return backend_; }
@@ -131,7 +158,8 @@ class Transformer {
 
   // The tied embedding's gradient summed per use (dist.embedding_sum = per_use): with
   // `rows` non-empty (sorted, distinct: every id any rank's micro-batches of the step look
-  // up) the embedding lookups' gradient goes to a table of its own, zeroed here, instead
+  // up in E: the targets' alone with a separate source table, whose gradient is dense)
+  // the embedding lookups' gradient goes to a table of its own, zeroed here, instead
   // of the embedding's gradient, which then holds the output projection's share alone,
   // final as soon as that product's backward is done: the pass's listener is told then
   // (GradientListener::output_projection_final: the all-reduce starts its sum).
@@ -325,6 +353,7 @@ class Transformer {
 
   ModelConfig config_;
   int vocab_;
+  int source_vocab_;  // 0: shared with the target (vocab_)
   int64_t loss_chunk_rows_ = 0;  // set_loss_chunk_rows
   SpecialIds ids_;
   Backend& backend_;

@@ -138,6 +138,8 @@ struct Transformer::State {
 
   // Parameters.
   model_detail::Param embedding;  // E [vocab, d], shared (§3.4)
+  // E_src [source vocab, d] with separate vocabularies; else empty (E serves the source).
+  model_detail::Param source_embedding;
   model_detail::Param positions;  // learned [max_positions, d], or empty
   Tensor sinusoid;                // §3.5 table [max_positions, d] when sinusoidal
   std::vector<model_detail::LayerParams> encoder, decoder;

@@ -45,7 +45,10 @@ GradientSums::GradientSums(const Config& config, const Communicator& comm, Backe
 GradientSums::~GradientSums() = default;
 
 void GradientSums::prepare(Transformer& model, const std::vector<Batch>& micro_batches) {
-  if (sum_lookups_apart_) model.sum_lookups_apart(rows_looked_up_by_any_rank(micro_batches));
+  if (sum_lookups_apart_) {
+    model.sum_lookups_apart(
+        rows_looked_up_by_any_rank(micro_batches, model.separate_source_embedding()));
+  }
 }
 
 GradientListener* GradientSums::begin_last_pass(Transformer& model) {
@@ -98,11 +101,11 @@ std::string GradientSums::take_timings_line() {
 }
 
 std::vector<int32_t> GradientSums::rows_looked_up_by_any_rank(
-    const std::vector<Batch>& batches) const {
+    const std::vector<Batch>& batches, bool source_table_apart) const {
   // pad included: its rows are looked up too.
   std::vector<int32_t> mine;
   for (const Batch& batch : batches) {
-    mine.insert(mine.end(), batch.src.begin(), batch.src.end());
+    if (!source_table_apart) mine.insert(mine.end(), batch.src.begin(), batch.src.end());
     mine.insert(mine.end(), batch.tgt_in.begin(), batch.tgt_in.end());
   }
   std::sort(mine.begin(), mine.end());

@@ -57,9 +57,11 @@ class GradientSums : private GradientListener {
   bool capturable() const override { return finish_queued_in_pass(); }
   void pass_discarded() override { reducer_->restart(); }
 
-  // Every id a lookup of this rank's micro-batches reads, sorted and distinct, then the
-  // union over the ranks.
-  std::vector<int32_t> rows_looked_up_by_any_rank(const std::vector<Batch>& batches) const;
+  // Every id a lookup of this rank's micro-batches reads in the shared table (the source
+  // ids too unless `source_table_apart`), sorted and distinct, then the union over the
+  // ranks.
+  std::vector<int32_t> rows_looked_up_by_any_rank(const std::vector<Batch>& batches,
+                                                  bool source_table_apart) const;
   // Whether the last pass's end queues the sums' finish (pass_end), so that finish() only
   // waits: a capturable transport (NCCL's), the embedding not summed per use (its rows
   // join at finish()).
