@@ -1024,6 +1024,25 @@ TEST(Config, AnUnknownKeySaysTheKeyMostLikelyMeant) {
       {"model.arch", "the architecture is set key by key"},
       {"optimizer", "the optimizer is Adam"},
       {"transformer-dropout-ffn", "here it is model.activation_dropout (Marian's name)"},
+      // Marian's, as a Marian user's walk typed them: --overwrite must not lead to
+      // checkpoint.overwrite (which deletes another run's files), and a name Marian gives
+      // a different meaning says how it differs.
+      {"overwrite", "Marian's --overwrite (no model.iterN copies) is checkpoint.keep = 1 "
+                    "here; checkpoint.overwrite = true is another thing: it deletes"},
+      {"type", "the model is always the paper's encoder-decoder Transformer"},
+      {"valid-freq", "here it is train.valid_every, in steps"},
+      {"train.valid-freq", "here it is train.valid_every"},
+      {"early-stopping", "here it is checkpoint.patience"},
+      {"learn-rate", "here it is train.lr_scale, a factor on the paper's schedule"},
+      {"lr-decay-inv-sqrt", "here it is train.warmup_steps, which is also where"},
+      {"dec-depth", "here it is model.layers, the encoder's and the decoder's alike"},
+      {"normalize", "not Marian's |Y|^alpha"},
+      {"mini-batch-words", "here it is train.tokens_per_step: padded tokens a side"},
+      {"workspace", "batches are fixed in tokens here"},
+      {"exponential-smoothing", "not offered: average checkpoints instead"},
+      {"tied-embeddings-all", "always so here: one matrix embeds the source"},
+      {"save-freq", "here it is checkpoint.every_steps"},
+      {"devices", "one GPU per MPI rank here"},
       // fairseq's spelling, with '-'; and its name where its section is not the key's
       // ([decode] has no step to size: fairseq-generate's --max-tokens is a batch).
       {"train.max-tokens", "here it is train.tokens_per_step"},

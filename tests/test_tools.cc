@@ -298,6 +298,26 @@ TEST(Tools, OutOfRangeNamesTheOptionAndTheValueGiven) {
             "--weights: '-1' after it is read as an option's name, not as one of its "
             "values: a value of --weights cannot begin with '-'"},
            {"transformer_decode", decode + "--threads 1 -1", "unrecognised option '-1'"},
+           // Marian's and fairseq's names say what to write here (a Marian user's walk:
+           // "unrecognised option" and nothing more), -n its different length penalty.
+           {"transformer_decode", decode + "-b 4",
+            "unrecognised option '-b' (a name from other toolkits: here it is --beam)"},
+           {"transformer_decode", decode + "--mini-batch=16",
+            "unrecognised option '--mini-batch' (a name from other toolkits: here it is "
+            "--batch-sentences)"},
+           {"transformer_decode", decode + "-n 0.6",
+            "unrecognised option '-n' (a name from other toolkits: the length penalty is "
+            "--lenpen, GNMT's ((5+|Y|)/6)^alpha, not Marian's |Y|^alpha: neither ranks as "
+            "the other)"},
+           {"transformer_decode", decode + "--normalize",
+            "--normalize goes with --score-reference FILE (it divides each given line's score "
+            "by its length); a translation's length penalty is --lenpen, GNMT's "
+            "((5+|Y|)/6)^alpha, not Marian's |Y|^alpha"},
+           {"transformer_preprocess", "-s en -t de",
+            "unrecognised option '-s' (a name from other toolkits: here it is --source-lang)"},
+           {"transformer_preprocess", "--valid-max-length 100",
+            "unrecognised option '--valid-max-length' (a name from other toolkits: here it "
+            "is --valid-max-len)"},
            // The list's option as typed (a short name), and a switch between the list and
            // the number is no list's (transformer_score's -lc, a one-dash long name).
            {"transformer_score", "/nonexistent -m bleu chrf -1",

@@ -1940,6 +1940,42 @@ int main(int argc, char** argv) {
        "are kept), each hypothesis scored against its input line and written back with "
        "' ||| SCORE' appended, for reranking (marian-scorer --n-best)");
   const auto parse = [&](int count, char** arguments) {
+    // Marian's and fairseq-generate's names, as their users type them (a Marian user's
+    // walk: each was "unrecognised" with nothing more).
+    thpc::tools::refuse_other_toolkits_options(
+        options, count, arguments,
+        {{"m", "here it is --checkpoint FILE [FILE...], several an ensemble"},
+         {"models", "here it is --checkpoint FILE [FILE...], several an ensemble"},
+         {"path", "here it is --checkpoint FILE [FILE...], several an ensemble"},
+         {"b", "here it is --beam"},
+         {"beam-size", "here it is --beam"},
+         {"n", "the length penalty is --lenpen, GNMT's ((5+|Y|)/6)^alpha, not Marian's "
+               "|Y|^alpha: neither ranks as the other"},
+         {"max-length", "here it is --max-len-a A --max-len-b B: at most A x input length + B"},
+         {"max-length-factor", "here it is --max-len-a A --max-len-b B: at most A x input "
+                               "length + B"},
+         {"mini-batch", "here it is --batch-sentences"},
+         {"batch-size", "here it is --batch-sentences"},
+         {"mini-batch-words", "here it is --batch-tokens, padded source tokens"},
+         {"max-tokens", "here it is --batch-tokens, padded source tokens"},
+         {"maxi-batch", "here it is --buffer-sentences, the lines read and sorted at a time"},
+         {"buffer-size", "here it is --buffer-sentences"},
+         {"cpu-threads", "here it is --threads"},
+         {"d", "the GPU is the one CUDA_VISIBLE_DEVICES shows first; --gpu-workers runs "
+               "several workers on it"},
+         {"devices", "the GPU is the one CUDA_VISIBLE_DEVICES shows first; --gpu-workers "
+                     "runs several workers on it"},
+         {"n-best", "here it is --nbest N, hypotheses per sentence (<= --beam)"},
+         {"i", "here it is --input"},
+         {"o", "here it is --output"},
+         {"v", "here it is --spm-model (default: the one the checkpoint stores)"},
+         {"vocabs", "here it is --spm-model (default: the one the checkpoint stores)"},
+         {"output-sampling", "here it is --sampling full, topk=K or topp=P"},
+         {"sampling-topk", "here it is --sampling topk=K"},
+         {"sampling-topp", "here it is --sampling topp=P"},
+         {"remove-bpe", "translations are always detokenised with the SentencePiece model"},
+         {"word-penalty", "not offered: --lenpen is the length's only term"},
+         {"word-scores", "here it is --piece-scores, with --score-reference"}});
     const po::variables_map values = thpc::tools::parse_options(options, count, arguments);
     args.help = values.count("help") > 0;
     if (!args.help) {
@@ -2034,7 +2070,11 @@ int main(int argc, char** argv) {
     } else if (args.normalize || args.reference_nbest || args.piece_scores) {
       THPC_FAIL((args.normalize ? "--normalize"
                  : args.reference_nbest ? "--reference-nbest" : "--piece-scores")
-                << " goes with --score-reference FILE");
+                << " goes with --score-reference FILE"
+                << (args.normalize ? " (it divides each given line's score by its length); "
+                                     "a translation's length penalty is --lenpen, GNMT's "
+                                     "((5+|Y|)/6)^alpha, not Marian's |Y|^alpha"
+                                   : ""));
     }
     if (args.dump_attention.empty() != args.dump_lines.empty()) {
       THPC_FAIL("--dump-attention FILE and --dump-lines N,... go together");

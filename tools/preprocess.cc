@@ -95,6 +95,21 @@ int main(int argc, char** argv) {
       "SentencePiece trains on at most this many lines of both languages, a sample drawn "
       "with --seed when there are more (it holds them in memory); 0 = every line");
   const auto parse = [&](int count, char** values) {
+    // fairseq-preprocess's and Marian's names, as their users type them.
+    thpc::tools::refuse_other_toolkits_options(
+        description, count, values,
+        {{"s", "here it is --source-lang"},
+         {"t", "here it is --target-lang"},
+         {"valid-max-length", "here it is --valid-max-len"},
+         {"max-length", "here it is --max-len"},
+         {"workers", "here it is --threads"},
+         {"nwordssrc", "here it is --vocab-size, one vocabulary for both languages"},
+         {"nwordstgt", "here it is --vocab-size, one vocabulary for both languages"},
+         {"joined-dictionary", "always so here: one SentencePiece model for both languages "
+                               "(--vocab-size)"},
+         {"srcdict", "here it is --spm-model, one for both languages"},
+         {"tgtdict", "here it is --spm-model, one for both languages"},
+         {"vocabs", "here it is --spm-model, one for both languages"}});
     const po::variables_map given = thpc::tools::parse_options(description, count, values);
     command.help = given.count("help") > 0;
     if (!command.help) {

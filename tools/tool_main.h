@@ -271,6 +271,36 @@ inline std::string message_naming_extra_argument(
   return message.str();
 }
 
+// Another toolkit's name for what an option of a tool does (Marian's, fairseq's), and
+// what to write instead: said where a user types that name, which the tool does not have.
+struct OtherToolkitsOption {
+  const char* name;     // without dashes: "beam-size", "b"
+  const char* instead;  // "here it is --beam"
+};
+
+// The first argument naming an option the tool lacks but `names` knows (as -x, --name or
+// --name=value), said with what to write instead; nothing when there is none.
+inline void refuse_other_toolkits_options(
+    const boost::program_options::options_description& options, int argc, char** argv,
+    std::initializer_list<OtherToolkitsOption> names) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string token = argv[i];
+    if (token.size() < 2 || token[0] != '-' || token == "--") continue;
+    const size_t dashes = token[1] == '-' ? 2 : 1;
+    const std::string name = token.substr(dashes, token.find('=') - dashes);
+    const bool known = options.find_nothrow(name, false) != nullptr ||
+                       (dashes == 1 && options.find_nothrow("-" + name, false) != nullptr);
+    if (known) continue;
+    for (const OtherToolkitsOption& other : names) {
+      if (name == other.name) {
+        THPC_FAIL("unrecognised option '" << token.substr(0, token.find('='))
+                                          << "' (a name from other toolkits: " << other.instead
+                                          << ")");
+      }
+    }
+  }
+}
+
 // Parses argv against `options` (and `positional`, if any) in `style`. Without --help, stores the
 // values into the variables they are bound to and checks required options; Boost's
 // errors (an unknown option, a missing or malformed value) become thpc::Error, which

@@ -681,6 +681,7 @@ constexpr OtherToolkitsName kOtherToolkitsNames[] = {
      "d_model^-0.5 x min(step^-0.5, step x warmup_steps^-1.5), whose peak at step "
      "warmup_steps is lr_scale x (d_model x warmup_steps)^-0.5)"},
     {"train", "learning_rate", nullptr},
+    {"train", "learn_rate", nullptr},  // Marian's --learn-rate
     {"train", "max_tokens",
      "here it is train.tokens_per_step, the step's padded tokens a side over all ranks and "
      "micro-batches together (fairseq's --max-tokens is each GPU's)"},
@@ -729,6 +730,85 @@ constexpr OtherToolkitsName kOtherToolkitsNames[] = {
      "always so here: one matrix embeds the source and the target and is the output "
      "projection (§3.4), over one vocabulary"},
     {"model", "share_decoder_input_output_embed", nullptr},
+    {"model", "tied_embeddings_all", nullptr},  // Marian's
+    // Marian's names (a Marian user's walk): the habits of `marian --task transformer-base`.
+    {"checkpoint", "overwrite",
+     "Marian's --overwrite (no model.iterN copies) is checkpoint.keep = 1 here; "
+     "checkpoint.overwrite = true is another thing: it deletes another run's checkpoints "
+     "and metrics in checkpoint.dir before a new run starts"},
+    {"model", "type",
+     "the model is always the paper's encoder-decoder Transformer, set key by key: "
+     "model.layers, model.d_model, model.d_ff, model.heads (input/base.ini and "
+     "input/big.ini are Marian's --task transformer-base and transformer-big)"},
+    {"model", "task", nullptr},
+    {"model", "enc_depth", "here it is model.layers, the encoder's and the decoder's alike"},
+    {"model", "dec_depth", nullptr},
+    {"model", "dim_emb", "here it is model.d_model"},
+    {"model", "transformer_dim_ffn", "here it is model.d_ff"},
+    {"model", "transformer_heads", "here it is model.heads"},
+    {"model", "transformer_dropout",
+     "here it is model.dropout, on each sub-layer's output and on the embeddings (§5.4)"},
+    {"model", "transformer_dropout_attention", "here it is model.attention_dropout"},
+    {"model", "transformer_preprocess",
+     "here it is model.norm: pre for Marian's --transformer-preprocess n with "
+     "--transformer-postprocess da, post (the paper's) for --transformer-postprocess dan"},
+    {"model", "transformer_postprocess", nullptr},
+    {"train", "valid_freq",
+     "here it is train.valid_every, in steps (no units: Marian's 5000u is 5000)"},
+    {"train", "valid_metrics",
+     "the loss and perplexity are always computed (the loss label-smoothed, the "
+     "perplexity exp of the unsmoothed per-token loss); train.valid_bleu = true adds "
+     "train.valid_metric: bleu, chrf or f1"},
+    {"train", "beam_size", "here it is train.valid_beam (1, greedy, by default); "
+     "transformer_decode --beam when translating"},
+    {"train", "normalize",
+     "here it is decode.alpha, GNMT's length penalty ((5+|Y|)/6)^alpha, not Marian's "
+     "|Y|^alpha: neither ranks as the other"},
+    {"checkpoint", "early_stopping",
+     "here it is checkpoint.patience: validations in a row without a better "
+     "checkpoint.keep_best metric, which it needs"},
+    {"train", "after_epochs", "here it is train.max_epochs"},
+    {"train", "after_batches", "here it is train.max_steps"},
+    {"train", "after", "here it is train.max_steps or train.max_epochs"},
+    {"train", "lr_warmup",
+     "here it is train.warmup_steps, which is also where the paper's inverse square-root "
+     "decay starts (Marian's --lr-decay-inv-sqrt equal to --lr-warmup)"},
+    {"train", "lr_decay_inv_sqrt", nullptr},
+    {"train", "optimizer_params", "here they are train.adam_beta1, train.adam_beta2, train.adam_eps"},
+    {"train", "mini_batch_words",
+     "here it is train.tokens_per_step: padded tokens a side, over all ranks and "
+     "micro-batches (Marian counts target words without padding)"},
+    {"train", "mini_batch", "batches are counted in tokens here: train.tokens_per_step"},
+    {"train", "mini_batch_fit",
+     "batches are fixed in tokens here (train.tokens_per_step); the memory a step needs is "
+     "checked at start-up, and train.accumulate splits a step that does not fit"},
+    {"train", "workspace", nullptr},
+    {"train", "disp_freq", "here it is train.log_every"},
+    {"train", "log",
+     "the log goes to standard error (jobs/ scripts keep it); train.metrics_dir gets "
+     "metrics.jsonl and TensorBoard events"},
+    {"train", "exponential_smoothing",
+     "not offered: average checkpoints instead (checkpoint.average_last, "
+     "checkpoint.average_best, transformer_average)"},
+    {"train", "cost_type", "the loss is label-smoothed cross-entropy: model.label_smoothing"},
+    {"checkpoint", "save_freq",
+     "here it is checkpoint.every_steps (checkpoint.minutes also writes one every 10 "
+     "minutes unless set to 0)"},
+    {"checkpoint", "model",
+     "here it is checkpoint.dir, a directory of step_NNNNNNNN.h5 checkpoints "
+     "(checkpoint.resume = auto continues from its newest)"},
+    {"dist", "devices",
+     "one GPU per MPI rank here: mpirun -np N (dist.device picks a rank's GPU, by default "
+     "its local rank)"},
+    {"dist", "sync_sgd", "always synchronous here: every step sums all ranks' gradients"},
+    {"data", "train_sets",
+     "here it is data.dir (the shards of transformer_preprocess) and data.train"},
+    {"data", "valid_sets", "here it is data.valid, shards in data.dir"},
+    {"data", "vocabs",
+     "the SentencePiece model is made by transformer_preprocess and stored in the shards "
+     "(and each checkpoint)"},
+    {"data", "max_length",
+     "training pairs are cut at preprocessing: transformer_preprocess --max-len"},
 };
 
 // Whether `name` (valid_beam) holds `words` (beam) as one or more of its '_'-separated
