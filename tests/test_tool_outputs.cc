@@ -1111,6 +1111,13 @@ TEST_F(ToolOutputs, AnInterruptedToolLeavesNoPartialFile) {
     int status = 0;
     const std::string log = finish_process(pid, output, &status);
     EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == signal_number) << status << "\n" << log;
+    // Said, for a batch job's log that holds nothing else (the summary comes at the end).
+    EXPECT_NE(log.find("transformer_preprocess: interrupted before the end: its partial "
+                       "files are removed and " + destdir + " holds what it held before "
+                       "this run (an earlier corpus there is untouched); run the command "
+                       "again to preprocess\n"),
+              std::string::npos)
+        << log;
     EXPECT_EQ(partial_files(), 0);
     for (const fs::directory_entry& entry : fs::directory_iterator(destdir)) {
       ADD_FAILURE() << "left behind: " << entry.path();
@@ -1188,6 +1195,8 @@ TEST_F(ToolOutputs, AnInterruptWhileACorpusReplacesAnotherLeavesAWholeOne) {
                      "stopping now"),
             std::string::npos)
       << log;
+  // Not also the line of a run stopped before its corpus was in place.
+  EXPECT_EQ(log.find("holds what it held before this run"), std::string::npos) << log;
   std::set<std::string> names;
   for (const fs::directory_entry& entry : fs::directory_iterator("data")) {
     names.insert(entry.path().filename().string());

@@ -170,6 +170,13 @@ int main(int argc, char** argv) {
     // Ctrl-C removes it with the .partial files (the next run would take it over, with a
     // note).
     const thpc::RemovedWhenInterrupted lock_interrupted(lock->path());
+    // Said when a signal ends the run (commit_outputs clears it once the corpus is put in
+    // place): a batch job stopped by scancel or its time limit left an empty log, this
+    // program's lines all at its end (a helper's scale walk).
+    thpc::say_when_interrupted(
+        "transformer_preprocess: interrupted before the end: its partial files are removed "
+        "and " + given.options.dest_dir + " holds what it held before this run (an earlier "
+        "corpus there is untouched); run the command again to preprocess\n");
     thpc::tools::StageProgress progress("transformer_preprocess");
     // --spm-model naming a checkpoint: the SentencePiece model it stores.
     if (!given.options.spm_model.empty()) {

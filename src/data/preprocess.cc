@@ -1153,7 +1153,9 @@ void commit_outputs(const PreprocessOptions& options, const std::string& spm_mod
     // removed before this run's were renamed into place, and an interrupt there (the
     // syncs of a large corpus took seconds) left neither (a helper's finding). Now every
     // file is synced first, and the renames and the removal of earlier shards this run
-    // does not replace are one section that an interrupt waits for.
+    // does not replace are one section that an interrupt waits for. From here a signal's
+    // end says what is in place (below), not the tool's "holds what it held before".
+    say_when_interrupted("");
     const InterruptionsHeld held;
     earlier = earlier_shards(options.dest_dir);
     const std::set<std::string> written = outputs.final_paths();
