@@ -222,12 +222,18 @@ void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::os
       // The synthetic task's line too; as comment lines, so that the output stays an ini
       // file (a resolved config saved and given back was refused at its first note).
       std::ostringstream notes;
+      if (const std::string corpus = source->corpus_line("data.train"); !corpus.empty()) {
+        notes << corpus << "\n";
+      }
       source->print_notes(notes, "data.train");
       // The validation shards too, when training would read them (exit 3 as there), and
       // their notes as training prints them (the pairs a position table cannot hold, left
       // out of the validation: said by training alone, a helper's walk).
       if (config.train.valid_every > 0) {
         valid = thpc::make_validation_source(config);
+        if (const std::string corpus = valid->corpus_line("data.valid"); !corpus.empty()) {
+          notes << corpus << "\n";
+        }
         valid->print_notes(notes, "data.valid");
       }
       std::istringstream note_lines(notes.str());

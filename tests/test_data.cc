@@ -655,6 +655,20 @@ TEST_F(DataPipeline, ACorpusOverTheMemoryBudgetIsStreamedShardByShard) {
   small.memory_budget_bytes = largest_shard;
   ShardReader streamed(small);
   EXPECT_EQ(resident.resident_token_bytes(), total);
+  // Said at the start of training and by --dry-run, so that a user sees the setting took
+  // effect (a helper's scale walk: no line said how the corpus was read).
+  const std::string start = "data.train: " + std::to_string(resident.pairs()) + " pairs " +
+                            resident.direction() + " in " +
+                            std::to_string(train_files().size()) + " shards, ";
+  EXPECT_EQ(resident.corpus_line("data.train").rfind(start, 0), 0u)
+      << resident.corpus_line("data.train");
+  EXPECT_NE(resident.corpus_line("data.train").find(" MiB of tokens held in memory"),
+            std::string::npos);
+  EXPECT_NE(streamed.corpus_line("data.train")
+                .find(" MiB of tokens streamed shard by shard (more than data.memory_mb, " +
+                      std::to_string(largest_shard / (1024 * 1024)) + " MiB)"),
+            std::string::npos)
+      << streamed.corpus_line("data.train");
   const int64_t budget = 300;
   for (int64_t i = 0; i < 2 * resident.batches_per_epoch(budget); ++i) {
     const Batch a = resident.next(budget);

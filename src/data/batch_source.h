@@ -59,6 +59,10 @@ class BatchSource {
   // One line for each thing a user should know before training on the data (named
   // `what`: "data.train"); nothing by default.
   virtual void print_notes(std::ostream& log, const std::string& what) const {}
+  // What the corpus is and how it is read, one line without a newline (named `what`):
+  // its pairs, shards and direction, and whether its tokens are held in memory or
+  // streamed; "" for a generated task.
+  virtual std::string corpus_line(const std::string& what) const { return ""; }
 };
 
 }  // namespace thpc

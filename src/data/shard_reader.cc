@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <iomanip>
 #include <limits>
 #include <numeric>
 #include <ostream>
 #include <set>
+#include <sstream>
 
 #include <sentencepiece_processor.h>
 
@@ -402,6 +404,22 @@ void ShardReader::print_notes(std::ostream& log, const std::string& what) const 
         << "missing from the set cannot be told (re-run transformer_preprocess to have it "
         << "checked)" << std::endl;
   }
+}
+
+std::string ShardReader::corpus_line(const std::string& what) const {
+  int64_t bytes = 0;
+  for (const auto& shard : shards_) bytes += shard->bytes;
+  std::ostringstream line;
+  line << what << ": " << total_pairs_ << " pairs " << direction() << " in " << shards_.size()
+       << (shards_.size() == 1 ? " shard, " : " shards, ") << std::fixed
+       << std::setprecision(1) << static_cast<double>(bytes) / (1024.0 * 1024.0)
+       << " MiB of tokens "
+       << (all_resident_ ? "held in memory"
+                         : "streamed shard by shard (more than " +
+                               spec_.setting_names.memory + ", " +
+                               std::to_string(spec_.memory_budget_bytes / (1024 * 1024)) +
+                               " MiB)");
+  return line.str();
 }
 
 int64_t ShardReader::resident_token_bytes() const {

@@ -717,6 +717,12 @@ bool Trainer::start_up(std::ostream& out) {
               : "")
       << " on " << comm_.size() << " rank"
       << (comm_.size() > 1 ? "s" : "") << std::endl;
+  for (const auto& [what, source] :
+       {std::pair<const char*, const BatchSource*>{"data.train", source_.get()},
+        {"data.valid", valid_source_.get()}}) {
+    const std::string corpus = source != nullptr ? source->corpus_line(what) : "";
+    if (!corpus.empty()) out << corpus << std::endl;
+  }
   source_->print_notes(out, "data.train");
   if (valid_source_) {
     valid_source_->print_notes(out, "data.valid");
