@@ -35,6 +35,7 @@
 #include "data/shard_reader.h"
 #include "shard_of_pair.h"
 #include "spm_model.h"
+#include "train/training_setup.h"
 
 namespace thpc {
 namespace {
@@ -227,7 +228,8 @@ TEST_F(DataPipeline, WritesShardsModelAndMetadata) {
   for (const std::string& file : train_files()) {
     const ShardSummary shard = read_shard_summary(file);
     pairs += shard.pairs;
-    EXPECT_EQ(shard.metadata.format_version, kShardFormatVersion);
+    // One vocabulary: format 2, readable by builds before format 3's separate ones.
+    EXPECT_EQ(shard.metadata.format_version, kOneVocabularyShardFormatVersion);
     EXPECT_EQ(shard.metadata.vocab_size, summary_.vocab_size);
     EXPECT_EQ(shard.metadata.ids.pad, 0);
     EXPECT_EQ(shard.metadata.ids.unk, 1);
@@ -538,6 +540,89 @@ TEST_F(DataPipeline, TheBatchesOfSmallShardsAreThoseTheOrderAndTheCutRulesGive) 
     }
     EXPECT_EQ(batches, c.batches);
   }
+}
+
+// Separate vocabularies (shard format 3): the source's ids are checked against its own
+// size, the target's against vocab_size; such a shard is format 3 (one of format 2 with
+// a source vocabulary is not written), a corpus mixing it with one of a shared vocabulary
+// is refused, and the reader gives both sizes and models to the trainer.
+TEST_F(DataPipeline, SeparateVocabulariesCheckEachSideAgainstItsOwn) {
+  const ShardMetadata shared = read_shard(train_files().front()).metadata;
+  const auto contents_of = [&](int source_vocab, int source_id, int target_id) {
+    ShardContents contents;
+    contents.metadata = shared;
+    contents.metadata.format_version = kShardFormatVersion;
+    // No stored models: a test's hand-made shard (their pieces are not checked then).
+    contents.metadata.spm_model.clear();
+    contents.metadata.vocab_size = 20;
+    contents.metadata.source_vocab_size = source_vocab;
+    // (The source's model left empty too: a model of 40 pieces is checked to have them.)
+    for (int pair = 0; pair < 4; ++pair) {
+      contents.source.append({4 + pair, source_id, 5});
+      contents.target.append({target_id, 6});
+    }
+    return contents;
+  };
+  const fs::path dir = root_ / "separate";
+  fs::create_directories(dir);
+  const auto written = [&](const std::string& name, const ShardContents& contents) {
+    const std::string path = (dir / name).string();
+    write_shard(path, contents);
+    return path;
+  };
+  const std::string good = written("good.h5", contents_of(40, 39, 19));
+  const ShardContents read = read_shard(good);
+  EXPECT_EQ(read.metadata.format_version, 3);
+  EXPECT_EQ(read.metadata.vocab_size, 20);
+  EXPECT_EQ(read.metadata.source_vocab_size, 40);
+  EXPECT_EQ(read.source.tokens[1], 39);
+  ShardReaderSpec spec = reader_spec();
+  spec.files = {good};
+  {
+    const ShardReader reader(spec);
+    EXPECT_EQ(reader.vocab_size(), 20);
+    EXPECT_EQ(reader.source_vocab_size(), 40);
+    EXPECT_NE(reader.source_spm_model(), nullptr);  // the source's, separate
+    // Not trained yet (checkpoints and decoding do not carry them): refused as data.
+    Config config;
+    config.data.dir = dir.string();
+    expect_error([&] { resolve_vocab_size(config, reader); },
+                 {dir.string() + ": the shards have separate source and target vocabularies "
+                                 "(shard format 3), which this version does not train yet"});
+  }
+  // The source's stored model is checked as the target's is.
+  const std::string garbage = written("garbage.h5", [&] {
+    ShardContents contents = contents_of(40, 39, 19);
+    contents.metadata.source_spm_model = std::string(300, '\x7f');
+    return contents;
+  }());
+  spec.files = {garbage};
+  expect_error([&] { ShardReader reader(spec); },
+               {garbage, "the stored SentencePiece model (attribute source_spm_model) does not "
+                         "load"});
+  spec.files = {good};
+  // Each side against its own vocabulary.
+  const std::string source_beyond = written("source_beyond.h5", contents_of(40, 40, 19));
+  expect_error([&] { read_shard(source_beyond); },
+               {source_beyond, "/src/tokens[1] = 40 is outside the vocabulary [0, 40)"});
+  const std::string target_beyond = written("target_beyond.h5", contents_of(40, 39, 20));
+  expect_error([&] { read_shard(target_beyond); },
+               {target_beyond, "/tgt/tokens[0] = 20 is outside the vocabulary [0, 20)"});
+  // One vocabulary: the source's ids are the target vocabulary's.
+  const std::string one = written("one.h5", [&] {
+    ShardContents contents = contents_of(0, 19, 19);
+    contents.metadata.format_version = kOneVocabularyShardFormatVersion;
+    return contents;
+  }());
+  EXPECT_EQ(read_shard(one).metadata.source_vocab_size, 0);
+  // A corpus of both kinds is two corpora.
+  spec.files = {good, one};
+  expect_error([&] { ShardReader mixed(spec); },
+               {one, "SentencePiece vocabulary differs from the one in " + good});
+  // Format 2 cannot hold a source vocabulary: an earlier build would read it as one.
+  ShardContents old_format = contents_of(40, 39, 19);
+  old_format.metadata.format_version = kOneVocabularyShardFormatVersion;
+  EXPECT_THROW(write_shard((dir / "old.h5").string(), old_format), Error);
 }
 
 TEST_F(DataPipeline, ABatchFillsTheBudgetExactly) {

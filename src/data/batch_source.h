@@ -21,7 +21,9 @@ struct DataPosition {
 class BatchSource {
  public:
   virtual ~BatchSource() = default;
-  virtual int vocab_size() const = 0;
+  virtual int vocab_size() const = 0;  // the target's (both sides' when shared)
+  // Separate vocabularies: the source's own size, else 0 (the source shares vocab_size).
+  virtual int source_vocab_size() const { return 0; }
   virtual SpecialIds special_ids() const = 0;
   // The next micro-batch, packed to at most `max_tokens` padded tokens on each side.
   virtual Batch next(int64_t max_tokens) = 0;
@@ -32,6 +34,8 @@ class BatchSource {
   // shards of transformer_preprocess): its SentencePiece model, serialized, which each
   // checkpoint carries, or null for a generated task, which has no corpus.
   virtual const std::string* spm_model() const { return nullptr; }
+  // With separate vocabularies, the source's model (else null: spm_model() serves both).
+  virtual const std::string* source_spm_model() const { return nullptr; }
   // The corpus's languages, "en->de" ("" for a generated task): one vocabulary serves both
   // directions, so the vocabulary alone does not tell an en->de corpus from a de->en one.
   virtual std::string direction() const { return ""; }

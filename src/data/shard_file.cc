@@ -21,6 +21,9 @@ constexpr const char* kChecksumAttribute = "sha256";
 // 2026-12-01; shards without it are read as before): the token datasets had checksums,
 // but a flipped byte in a piece of the model passed into every checkpoint and decoding.
 constexpr const char* kSpmModelChecksumAttribute = "spm_model_sha256";
+constexpr const char* kSourceVocabSizeAttribute = "source_vocab_size";
+constexpr const char* kSourceSpmModelAttribute = "source_spm_model";
+constexpr const char* kSourceSpmModelChecksumAttribute = "source_spm_model_sha256";
 // ShardNumber's root attributes, both or neither.
 constexpr const char* kShardIndexAttribute = "shard_index";
 constexpr const char* kShardCountAttribute = "shard_count";
@@ -74,6 +77,14 @@ class ShardWriter {
     if (checksummed_) {
       write_bytes(file.get(), kSpmModelChecksumAttribute,
                   sha256_hex(meta.spm_model.data(), meta.spm_model.size()));
+    }
+    if (meta.separate_vocabularies()) {
+      THPC_CHECK(meta.format_version >= 3,
+                 path_ << ": separate vocabularies in shard format " << meta.format_version);
+      write_int(file.get(), kSourceVocabSizeAttribute, meta.source_vocab_size);
+      write_bytes(file.get(), kSourceSpmModelAttribute, meta.source_spm_model);
+      write_bytes(file.get(), kSourceSpmModelChecksumAttribute,
+                  sha256_hex(meta.source_spm_model.data(), meta.source_spm_model.size()));
     }
     if (number.recorded()) {
       THPC_CHECK(number.index >= 0 && number.index < number.count,
@@ -225,12 +236,27 @@ class ShardFileReader {
                         << "): the file is corrupt (re-run transformer_preprocess)");
       }
     }
+    if (meta.format_version >= 3) {
+      meta.source_vocab_size = read_int32(kSourceVocabSizeAttribute);
+      if (meta.source_vocab_size <= 0) {
+        THPC_FAIL(path_ << ": source vocabulary size " << meta.source_vocab_size);
+      }
+      meta.source_spm_model = read_bytes(kSourceSpmModelAttribute);
+      const std::string actual =
+          sha256_hex(meta.source_spm_model.data(), meta.source_spm_model.size());
+      const std::string recorded = read_bytes(kSourceSpmModelChecksumAttribute);
+      if (actual != recorded) {
+        THPC_FAIL(path_ << ": bad checksum for the stored source SentencePiece model "
+                        << "(attribute source_spm_model: sha256 " << actual << ", recorded "
+                        << recorded << "): the file is corrupt (re-run transformer_preprocess)");
+      }
+    }
     *pairs = read_int("pairs");
     if (meta.vocab_size <= 0) THPC_FAIL(path_ << ": vocabulary size " << meta.vocab_size);
     for (const int id : {meta.ids.pad, meta.ids.unk, meta.ids.bos, meta.ids.eos}) {
-      if (id < 0 || id >= meta.vocab_size) {
+      if (id < 0 || id >= std::min(meta.vocab_size, meta.source_ids_limit())) {
         THPC_FAIL(path_ << ": special id " << id << " outside the vocabulary of "
-                        << meta.vocab_size);
+                        << std::min(meta.vocab_size, meta.source_ids_limit()));
       }
     }
     if (*pairs < 0) THPC_FAIL(path_ << ": negative pair count " << *pairs);
@@ -321,7 +347,7 @@ class ShardFileReader {
   // the loss: a helper's finding). unk is a piece the text may have.
   std::vector<int32_t> tokens(const std::string& side, const ShardMetadata& metadata) const {
     std::vector<int32_t> values = read_dataset<int32_t>(side + "/tokens");
-    const int vocab_size = metadata.vocab_size;
+    const int vocab_size = side == "src" ? metadata.source_ids_limit() : metadata.vocab_size;
     const SpecialIds& ids = metadata.ids;
     for (size_t i = 0; i < values.size(); ++i) {
       const int32_t id = values[i];

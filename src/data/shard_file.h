@@ -6,7 +6,9 @@
 //   /tgt/tokens, /tgt/offsets            the same for the targets
 //   attributes of /: format_version, vocab_size, pad_id, unk_id, bos_id, eos_id,
 //   source_lang, target_lang, pairs, spm_model (the SentencePiece model's bytes);
-//   shard_index, shard_count (optional: ShardNumber)
+//   shard_index, shard_count (optional: ShardNumber);
+//   format 3, separate vocabularies: source_vocab_size, source_spm_model (the source's
+//   own model; vocab_size and spm_model are then the target's)
 //   attribute of each of the four datasets (format 2): sha256, the hex digest of its
 //   values' bytes (little-endian), as uint8 text like the other string attributes
 //
@@ -30,8 +32,12 @@
 namespace thpc {
 
 // Version 2 adds the datasets' sha256; version 1 shards (without) are still read, with
-// a warning (ShardSummary::checksummed is false). Other versions are refused.
-constexpr int kShardFormatVersion = 2;
+// a warning (ShardSummary::checksummed is false). Version 3 adds a source vocabulary of
+// its own, and is written only for one (a corpus of one vocabulary is written as version
+// 2, the same bytes as before, readable by earlier builds; one of two vocabularies is
+// refused by them, rather than read as one). Other versions are refused.
+constexpr int kShardFormatVersion = 3;
+constexpr int kOneVocabularyShardFormatVersion = 2;
 constexpr int kOldestShardFormatVersion = 1;
 
 // The file name of shard `index` of a split: "train.00003.h5" (SPLIT.NNNNN.h5, as
@@ -58,11 +64,18 @@ struct TokenColumn {
 
 // What every shard of one corpus states about itself; equal across a corpus's shards.
 struct ShardMetadata {
-  int format_version = kShardFormatVersion;
-  int vocab_size = 0;
-  SpecialIds ids;
+  int format_version = kOneVocabularyShardFormatVersion;
+  int vocab_size = 0;  // the target's (both sides' when source_vocab_size is 0)
+  SpecialIds ids;      // both vocabularies'
   std::string source_lang, target_lang;
-  std::string spm_model;  // serialized SentencePiece ModelProto
+  std::string spm_model;  // serialized SentencePiece ModelProto (the target's, or shared)
+  // Separate vocabularies (format 3): the source's size and model; 0 and "": the source
+  // shares vocab_size and spm_model.
+  int source_vocab_size = 0;
+  std::string source_spm_model;
+  bool separate_vocabularies() const { return source_vocab_size > 0; }
+  // The source ids' range.
+  int source_ids_limit() const { return separate_vocabularies() ? source_vocab_size : vocab_size; }
 };
 
 // Where a shard stands in its split: shard `index` of `count`. transformer_preprocess

@@ -196,37 +196,57 @@ void check_shard_numbers(const std::vector<std::string>& files,
 // SentencePiece's internal message; a vocab_size one above the model's pieces gave
 // checkpoints no decoder could use). Read once, from the first shard: the others must
 // store the same bytes.
-void check_stored_sentencepiece_model(const std::string& path, const ShardMetadata& meta) {
-  if (meta.spm_model.empty()) return;  // written without one (tests' hand-made shards)
+// With separate vocabularies, the source's model (source_spm_model) against
+// source_vocab_size alike.
+void check_stored_sentencepiece_model(const std::string& path, const std::string& model,
+                                      int vocab_size, const SpecialIds& ids,
+                                      const char* attribute, const char* size_attribute) {
+  if (model.empty()) return;  // written without one (tests' hand-made shards)
   sentencepiece::SentencePieceProcessor processor;
-  if (!processor.LoadFromSerializedProto(meta.spm_model).ok()) {
-    THPC_FAIL(path << ": the stored SentencePiece model (attribute spm_model) does not load: "
-                   << "the shard is damaged, or was written with a newer SentencePiece than "
-                   << "this build's (re-run transformer_preprocess)");
+  if (!processor.LoadFromSerializedProto(model).ok()) {
+    THPC_FAIL(path << ": the stored SentencePiece model (attribute " << attribute
+                   << ") does not load: the shard is damaged, or was written with a newer "
+                   << "SentencePiece than this build's (re-run transformer_preprocess)");
   }
   // A model without pad, bos or eos pieces has them after its own (vocabulary_of).
   SentencePieceVocabulary vocabulary;
   try {
     vocabulary = vocabulary_of(processor);
   } catch (const Error& error) {
-    THPC_FAIL(path << ": the stored SentencePiece model (attribute spm_model): " << error.what()
-                   << " (re-run transformer_preprocess)");
+    THPC_FAIL(path << ": the stored SentencePiece model (attribute " << attribute
+                   << "): " << error.what() << " (re-run transformer_preprocess)");
   }
-  if (vocabulary.size != meta.vocab_size) {
-    THPC_FAIL(path << ": vocab_size is " << meta.vocab_size << " but the stored SentencePiece "
-                   << "model has " << vocabulary.pieces << " pieces"
+  if (vocabulary.size != vocab_size) {
+    THPC_FAIL(path << ": " << size_attribute << " is " << vocab_size
+                   << " but the stored SentencePiece model has " << vocabulary.pieces << " pieces"
                    << (vocabulary.added.empty()
                            ? std::string()
                            : " and " + std::to_string(vocabulary.added.size()) +
                                  " special ids after them")
                    << ": the shard is damaged (re-run transformer_preprocess)");
   }
-  const SpecialIds model = vocabulary.ids;
-  if (model != meta.ids) {
-    THPC_FAIL(path << ": special ids pad/unk/bos/eos " << special_ids_text(meta.ids)
-                   << " are not the stored SentencePiece model's " << special_ids_text(model)
+  if (vocabulary.ids != ids) {
+    THPC_FAIL(path << ": special ids pad/unk/bos/eos " << special_ids_text(ids)
+                   << " are not the stored "
+                   << (std::string(attribute) == "spm_model" ? "" : "source ")
+                   << "SentencePiece model's " << special_ids_text(vocabulary.ids)
                    << ": the shard is damaged (re-run transformer_preprocess)");
   }
+}
+
+void check_stored_sentencepiece_models(const std::string& path, const ShardMetadata& meta) {
+  check_stored_sentencepiece_model(path, meta.spm_model, meta.vocab_size, meta.ids, "spm_model",
+                                   "vocab_size");
+  if (meta.separate_vocabularies()) {
+    check_stored_sentencepiece_model(path, meta.source_spm_model, meta.source_vocab_size,
+                                     meta.ids, "source_spm_model", "source_vocab_size");
+  }
+}
+
+// Whether two shards' vocabularies are one: sizes, special ids and models, the source's too.
+bool same_vocabularies(const ShardMetadata& a, const ShardMetadata& b) {
+  return a.vocab_size == b.vocab_size && a.ids == b.ids && a.spm_model == b.spm_model &&
+         a.source_vocab_size == b.source_vocab_size && a.source_spm_model == b.source_spm_model;
 }
 
 // A shard read again (streamed, or at start-up after its summary) must be the one the
@@ -243,10 +263,7 @@ void check_unchanged_since_opened(const std::string& path, const ShardSummary& o
                    << "corpus it started with (or start a new run)");
   };
   const ShardMetadata& now = read.metadata;
-  if (now.vocab_size != opened.metadata.vocab_size || now.ids != opened.metadata.ids ||
-      now.spm_model != opened.metadata.spm_model) {
-    changed("another vocabulary");
-  }
+  if (!same_vocabularies(now, opened.metadata)) changed("another vocabulary");
   if (read.source.sentences() != opened.pairs || read.target.sentences() != opened.pairs) {
     changed(std::to_string(read.source.sentences()) + " pairs, " +
             std::to_string(opened.pairs) + " then");
@@ -287,7 +304,7 @@ ShardReader::ShardReader(const ShardReaderSpec& spec) : spec_(spec) {
                        << metadata_.vocab_size << " in " << first
                        << " (shards of different corpora?)");
       }
-      if (meta.spm_model != metadata_.spm_model || meta.ids != metadata_.ids) {
+      if (!same_vocabularies(meta, metadata_)) {
         THPC_FAIL(path << ": SentencePiece vocabulary differs from the one in " << first
                        << " (shards of different corpora?)");
       }
@@ -342,7 +359,7 @@ ShardReader::ShardReader(const ShardReaderSpec& spec) : spec_(spec) {
     }
     shards_.push_back(std::move(shard));
   }
-  check_stored_sentencepiece_model(spec.files.front(), metadata_);
+  check_stored_sentencepiece_models(spec.files.front(), metadata_);
   if (total_pairs_ == 0 && dropped_too_long_ > 0) {
     THPC_FAIL(spec.files.front() << ": all " << dropped_too_long_ << " sentence pairs are longer "
                                  << "than the model's positions allow ("

@@ -78,6 +78,7 @@ class ShardReader final : public BatchSource {
   ~ShardReader() override;
 
   int vocab_size() const override { return metadata_.vocab_size; }
+  int source_vocab_size() const override { return metadata_.source_vocab_size; }
   SpecialIds special_ids() const override { return metadata_.ids; }
   const ShardMetadata& metadata() const { return metadata_; }
 
@@ -92,6 +93,9 @@ class ShardReader final : public BatchSource {
   void seek(const DataPosition& position) override;
 
   const std::string* spm_model() const override { return &metadata_.spm_model; }
+  const std::string* source_spm_model() const override {
+    return metadata_.separate_vocabularies() ? &metadata_.source_spm_model : nullptr;
+  }
   std::string direction() const override {
     return metadata_.source_lang + "->" + metadata_.target_lang;
   }

@@ -78,8 +78,10 @@ void check_validation_vocabulary(const Config& config, const BatchSource& train,
                     train.direction() + ": preprocess both in one transformer_preprocess run");
   }
   const SpecialIds train_ids = train.special_ids();
+  const std::string* train_source_model = train.source_spm_model();
   if (valid.spm_model == *train.spm_model() && valid.vocab_size == train.vocab_size() &&
-      valid.ids == train_ids) {
+      valid.ids == train_ids && valid.source_vocab_size == train.source_vocab_size() &&
+      valid.source_spm_model == (train_source_model ? *train_source_model : std::string())) {
     return;
   }
   const auto vocabulary = [](int size, const SpecialIds& ids, const std::string& model) {
@@ -88,11 +90,18 @@ void check_validation_vocabulary(const Config& config, const BatchSource& train,
            "...";
   };
   std::ostringstream message;
+  const auto source_vocabulary = [&](int size, const std::string& model) {
+    return size > 0 ? ", a source vocabulary of its own: " + vocabulary(size, train_ids, model)
+                    : std::string();
+  };
   message << config.data.dir << ": the " << config.data.valid << " shards have another "
           << "vocabulary than the " << config.data.train << " shards (" << config.data.valid
-          << ": " << vocabulary(valid.vocab_size, valid.ids, valid.spm_model) << "; "
+          << ": " << vocabulary(valid.vocab_size, valid.ids, valid.spm_model)
+          << source_vocabulary(valid.source_vocab_size, valid.source_spm_model) << "; "
           << config.data.train << ": "
           << vocabulary(train.vocab_size(), train_ids, *train.spm_model())
+          << source_vocabulary(train.source_vocab_size(),
+                               train_source_model ? *train_source_model : std::string())
           << "): preprocess both in one transformer_preprocess run";
   throw DataError(message.str());
 }
@@ -107,6 +116,13 @@ std::string same_pairs_warning(const Config& config, const BatchSource& train,
 
 int resolve_vocab_size(const Config& config, const BatchSource& source) {
   const int data_vocab = source.vocab_size();
+  // The model and the reader take them; checkpoints and decoding do not yet carry them.
+  if (source.source_vocab_size() > 0) {
+    throw AllRanksError(config.data.dir + ": the shards have separate source and target "
+                            "vocabularies (shard format 3), which this version does not "
+                            "train yet: preprocess the corpus with one shared vocabulary",
+                        3);
+  }
   if (config.model.vocab_size > 0 && config.model.vocab_size != data_vocab) {
     // A configuration error every rank finds alike (they read the same data, checked
     // before): exit 2, one message.
