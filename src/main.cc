@@ -115,7 +115,8 @@ DryRunStart check_the_start(const thpc::Config& config, const std::string& chose
                             const std::set<std::string>& moved_aside, thpc::BatchSource* source,
                             int vocab, int ranks, std::ostream& notes) {
   const thpc::CheckpointConfig& options = config.checkpoint;
-  const std::string architecture = thpc::architecture_text(config.model, vocab);
+  const std::string architecture =
+      thpc::architecture_text(config.model, vocab, source ? source->source_vocab_size() : 0);
   DryRunStart start;
   if (!chosen.empty()) {
     if (read_it) checkpoint = thpc::read_checkpoint(chosen);
@@ -554,6 +555,13 @@ void show_checkpoint(const std::string& path, std::ostream& out) {
         << thpc::sha256_hex(checkpoint.spm_model.data(), checkpoint.spm_model.size())
         << "): transformer_decode reads it; transformer_preprocess --spm-model " << path
         << " preprocesses with it\n";
+  }
+  if (!checkpoint.source_spm_model.empty()) {
+    out << "# source SentencePiece model stored (" << checkpoint.source_spm_model.size()
+        << " bytes, sha256 "
+        << thpc::sha256_hex(checkpoint.source_spm_model.data(),
+                            checkpoint.source_spm_model.size())
+        << "): separate vocabularies, the one above the target's\n";
   }
   if (!checkpoint.direction.empty()) out << "# direction " << checkpoint.direction << "\n";
   if (!checkpoint.run_id.empty()) {

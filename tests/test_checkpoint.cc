@@ -6,6 +6,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_header.h"
 #include "decode/compute_type.h"
+#include "decode/ensemble.h"
 #include "checkpoint/checkpoint_directory.h"
 
 #include <gtest/gtest.h>
@@ -35,6 +36,7 @@
 #include "common/still_working.h"
 #include "config/config.h"
 #include "config/option_table.h"
+#include "data/shard_file.h"
 #include "data/synthetic.h"
 #include "io/atomic_file.h"
 #include "backend/factory.h"
@@ -255,6 +257,77 @@ TEST_F(CheckpointTest, ARegularisedRunResumesBitIdentically) {
   Trainer plain(small_config(path("plain")));
   for (int step = 1; step <= 5; ++step) plain.step();
   EXPECT_NE(plain.model().params().sha256_hex(), trainer.model().params().sha256_hex());
+}
+
+// Separate vocabularies (fairseq's dictionaries apart, Marian's --tied-embeddings): a run
+// on shards of format 3 builds the encoder's own table, its checkpoints say so in their
+// architecture and hold it, a resume is the uninterrupted run, an average keeps it, and
+// a checkpoint of one vocabulary is no start for them. (Hand-made shards: a source
+// vocabulary of 50 over the target's 30, without stored models.)
+TEST_F(CheckpointTest, SeparateVocabulariesTrainSaveResumeAndAverage) {
+  const auto corpus = [&](const std::string& name, int source_vocab) {
+    const std::string dir = path(name);
+    std::filesystem::create_directories(dir);
+    ShardContents contents;
+    contents.metadata.format_version = source_vocab > 0 ? kShardFormatVersion
+                                                        : kOneVocabularyShardFormatVersion;
+    contents.metadata.vocab_size = 30;
+    contents.metadata.source_vocab_size = source_vocab;
+    contents.metadata.source_lang = "xx";
+    contents.metadata.target_lang = "yy";
+    for (int pair = 0; pair < 64; ++pair) {
+      std::vector<int> source, target;
+      for (int token = 0; token < 3 + pair % 5; ++token) {
+        source.push_back(4 + (7 * pair + 3 * token) % ((source_vocab > 0 ? source_vocab : 30) - 4));
+        target.push_back(4 + (5 * pair + token) % 26);
+      }
+      contents.source.append(source);
+      contents.target.append(target);
+    }
+    write_shard(dir + "/train.00000.h5", contents);
+    return dir;
+  };
+  const std::string separate = corpus("separate_data", 50);
+  const auto config_of = [&](const std::string& run, const std::string& data) {
+    return small_config(path(run), {"data.dir=" + data, "train.valid_every=0",
+                                    "train.tokens_per_step=200", "train.max_epochs=0"});
+  };
+  Trainer trainer(config_of("separate", separate));
+  EXPECT_EQ(trainer.model().vocab_size(), 30);
+  EXPECT_EQ(trainer.model().source_vocab_size(), 50);
+  trainer.step();
+  trainer.step();
+  const std::string file = path("separate/" + checkpoint_file_name(2));
+  write_checkpoint(file, trainer.snapshot());
+  const Checkpoint saved = read_checkpoint(file);
+  EXPECT_NE(saved.architecture.find(" vocab_size=30 source_vocab_size=50 "), std::string::npos)
+      << saved.architecture;
+  EXPECT_EQ(embedding_rows(saved), 30);
+  EXPECT_EQ(source_embedding_rows(saved), 50);
+  Trainer restored(config_of("separate", separate));
+  restored.restore(saved, file);
+  for (int step = 3; step <= 4; ++step) {
+    EXPECT_EQ(restored.step().loss, trainer.step().loss) << "step " << step;
+  }
+  EXPECT_EQ(restored.model().params().sha256_hex(), trainer.model().params().sha256_hex());
+  const std::string later = path("separate/" + checkpoint_file_name(4));
+  write_checkpoint(later, trainer.snapshot());
+  const Checkpoint average = average_checkpoints({file, later});
+  EXPECT_EQ(average.architecture, saved.architecture);
+  EXPECT_EQ(source_embedding_rows(average), 50);
+  // Not decoded yet: said, rather than a table that does not fit.
+  expect_error([&] { read_decoding_checkpoints({file}); },
+               {file + ": a model of separate source and target vocabularies, which this "
+                       "version trains but does not decode yet"});
+  // A checkpoint of one vocabulary (of the same target size) starts no such run: its
+  // architecture names the difference.
+  const std::string shared = corpus("shared_data", 0);
+  Trainer one(config_of("one", shared));
+  const std::string one_file = path("one/" + checkpoint_file_name(0));
+  write_checkpoint(one_file, one.snapshot());
+  Trainer other(config_of("other", separate));
+  expect_error([&] { other.restore(read_checkpoint(one_file), one_file); },
+               {"the source vocabulary (the shards') is absent in"});
 }
 
 // The work the other ranks of a job may wait through (rank 0's checkpoint, a resume's read,

@@ -583,12 +583,10 @@ TEST_F(DataPipeline, SeparateVocabulariesCheckEachSideAgainstItsOwn) {
     EXPECT_EQ(reader.vocab_size(), 20);
     EXPECT_EQ(reader.source_vocab_size(), 40);
     EXPECT_NE(reader.source_spm_model(), nullptr);  // the source's, separate
-    // Not trained yet (checkpoints and decoding do not carry them): refused as data.
+    // The model's vocabulary is the target's; the source's comes beside it.
     Config config;
     config.data.dir = dir.string();
-    expect_error([&] { resolve_vocab_size(config, reader); },
-                 {dir.string() + ": the shards have separate source and target vocabularies "
-                                 "(shard format 3), which this version does not train yet"});
+    EXPECT_EQ(resolve_vocab_size(config, reader), 20);
   }
   // The source's stored model is checked as the target's is.
   const std::string garbage = written("garbage.h5", [&] {

@@ -37,6 +37,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kSpmModelDataset = "spm_model";
+constexpr const char* kSourceSpmModelDataset = "source_spm_model";
 constexpr const char* kBestValidGroup = "best_valid";
 constexpr const char* kDivergenceDataset = "divergence";
 constexpr const char* kRunIdAttribute = "run_id";
@@ -563,6 +564,9 @@ void write_hdf5_file(const std::string& temporary, const std::string& path,
   if (!checkpoint.spm_model.empty()) {
     writer.bytes_dataset(root, kSpmModelDataset, checkpoint.spm_model);
   }
+  if (!checkpoint.source_spm_model.empty()) {
+    writer.bytes_dataset(root, kSourceSpmModelDataset, checkpoint.source_spm_model);
+  }
   if (checkpoint.best_valid) writer.best_valid(root, *checkpoint.best_valid);
   if (!checkpoint.run_id.empty()) {
     writer.string_attribute(root, kRunIdAttribute, checkpoint.run_id);
@@ -643,12 +647,14 @@ std::vector<float> dequantize(const QuantizedTensor& tensor) {
   return values;
 }
 
-std::string architecture_text(const ModelConfig& model, int vocab_size) {
+std::string architecture_text(const ModelConfig& model, int vocab_size, int source_vocab_size) {
   std::ostringstream text;
   text << "layers=" << model.layers << " d_model=" << model.d_model << " d_ff=" << model.d_ff
        << " heads=" << model.heads << " d_k=" << model.head_dim_k()
-       << " d_v=" << model.head_dim_v() << " vocab_size=" << vocab_size
-       << " positions=" << model.positions << " max_positions=" << model.max_positions
+       << " d_v=" << model.head_dim_v() << " vocab_size=" << vocab_size;
+  // Only when separate: a model of one vocabulary keeps the text it always had.
+  if (source_vocab_size > 0) text << " source_vocab_size=" << source_vocab_size;
+  text << " positions=" << model.positions << " max_positions=" << model.max_positions
        << " attention_bias=" << (model.attention_bias ? "true" : "false")
        << " norm=" << model.norm;
   return text.str();
@@ -795,6 +801,9 @@ void read_run_attributes(Reader& reader, Checkpoint& checkpoint) {
   // stored: both read as "no model".
   if (reader.exists(root, kSpmModelDataset)) {
     checkpoint.spm_model = reader.bytes_dataset(root, kSpmModelDataset);
+  }
+  if (reader.exists(root, kSourceSpmModelDataset)) {
+    checkpoint.source_spm_model = reader.bytes_dataset(root, kSourceSpmModelDataset);
   }
   // Absent from averages and from checkpoints written before it was stored.
   if (reader.exists(root, kBestValidGroup)) {
@@ -1101,8 +1110,9 @@ std::string architecture_differences(const std::string& first, const std::string
   const auto first_fields = architecture_fields(first);
   const auto second_fields = architecture_fields(second);
   const auto setting = [](const std::string& key) {
-    return key == "vocab_size" ? "the vocabulary (the shards', or model.vocab_size)"
-                               : "model." + key;
+    return key == "vocab_size"          ? "the vocabulary (the shards', or model.vocab_size)"
+           : key == "source_vocab_size" ? "the source vocabulary (the shards')"
+                                        : "model." + key;
   };
   std::ostringstream out;
   for (const auto& [key, second_value] : second_fields) {
@@ -1141,7 +1151,7 @@ Checkpoint derived_checkpoint_of(const Checkpoint& source) {
   // One name for each field of Checkpoint, in its order: a structured binding must name
   // them all, so a field added there stops the build here until it is sorted below.
   const auto& [step, seed, world_size, data_position, architecture, config_ini, spm_model,
-               direction, params, adam_m, adam_v, best_valid, run_id, lineage,
+               source_spm_model, direction, params, adam_m, adam_v, best_valid, run_id, lineage,
                working_directory, corpus_sha256, valid_sha256, loss, state, divergence,
                validation, validation_pending, quantized] = source;
   Checkpoint derived;
@@ -1152,6 +1162,7 @@ Checkpoint derived_checkpoint_of(const Checkpoint& source) {
   derived.architecture = architecture;
   derived.config_ini = config_ini;
   derived.spm_model = spm_model;
+  derived.source_spm_model = source_spm_model;
   derived.direction = direction;
   // The caller's to make: the parameters and their int8 copies.
   static_cast<void>(params), static_cast<void>(quantized);
@@ -1169,6 +1180,14 @@ int64_t embedding_rows(const Checkpoint& checkpoint) {
     if (tensor.name == "embed.weight") return tensor.rows;
   }
   return -1;
+}
+
+int64_t source_embedding_rows(const Checkpoint& checkpoint) {
+  for (const NamedTensor& tensor : checkpoint.params) {
+    // (model/transformer.h's kSourceEmbeddingName, as embed.weight is named above)
+    if (tensor.name == "src_embed.weight") return tensor.rows;
+  }
+  return 0;
 }
 
 void check_architecture(const Checkpoint& checkpoint, const std::string& expected,

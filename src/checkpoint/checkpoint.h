@@ -179,6 +179,9 @@ struct Checkpoint {
   // that decoding needs no separate file; empty when the run had none (a synthetic task,
   // or a checkpoint written before this was stored). Stored as /spm_model, uint8.
   std::string spm_model;
+  // With separate vocabularies, the source's model (the shards' `source_spm_model`, the
+  // target's then spm_model); empty with one vocabulary. Stored as /source_spm_model.
+  std::string source_spm_model;
   // The languages of the training shards ("en->de", BatchSource::direction): one
   // vocabulary serves both directions, so an en->de and a de->en model share it, and their
   // ensemble or average decoded garbage without a word (a helper's trial). "" for a
@@ -249,7 +252,8 @@ enum class CheckpointParts { All, ParamsOnly };
 
 // "layers=6 d_model=512 ..." : every model key that shapes or interprets the parameters,
 // and the vocabulary. Two checkpoints with equal texts hold interchangeable parameters.
-std::string architecture_text(const ModelConfig& model, int vocab_size);
+std::string architecture_text(const ModelConfig& model, int vocab_size,
+                              int source_vocab_size = 0);
 // The model.norm an architecture text records: checkpoints written before model.norm
 // existed record none and hold post-norm models, the only order there was.
 std::string recorded_norm(const std::string& architecture);
@@ -325,8 +329,10 @@ std::optional<CheckpointSummary> read_checkpoint_summary(const std::string& path
 void mark_checkpoint(const std::string& path, CheckpointState state);
 
 // The rows of the checkpoint's embedding (embed.weight): the vocabulary it was trained
-// with; -1 when it has none.
+// with (the target's, with separate vocabularies); -1 when it has none.
 int64_t embedding_rows(const Checkpoint& checkpoint);
+// The rows of its separate source embedding (src_embed.weight); 0 with one vocabulary.
+int64_t source_embedding_rows(const Checkpoint& checkpoint);
 
 // Throws thpc::Error naming `source` when the checkpoint's architecture is not
 // `expected`, the architecture_text() of the model it is for: its parameters would not

@@ -354,6 +354,12 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths,
       }
       first = current;
     } else {
+      // Separate vocabularies: the source's model must be one too (the architecture's
+      // source_vocab_size alone would take two models of one size).
+      if (current.source_spm_model != first.source_spm_model) {
+        THPC_FAIL("cannot average checkpoints of different source SentencePiece models: "
+                  << paths.front() << " and " << paths[index]);
+      }
       if (recorded_norm(current.architecture) != recorded_norm(first.architecture)) {
         THPC_FAIL("cannot average checkpoints of different layer-norm orders: "
                   << paths.front() << " has model.norm = " << recorded_norm(first.architecture)
@@ -405,6 +411,7 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths,
   if (validation_sets.size() == 1) average.valid_sha256 = *validation_sets.begin();
   average.params = std::move(first.params);
   average.spm_model = std::move(spm_model);
+  average.source_spm_model = first.source_spm_model;
   average.direction = direction.direction();
   const double count = static_cast<double>(paths.size());
   for (size_t t = 0; t < average.params.size(); ++t) {

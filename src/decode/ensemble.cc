@@ -163,6 +163,14 @@ DecodingCheckpoints read_decoding_checkpoints(const std::vector<std::string>& pa
     read.max_positions = std::min(read.max_positions, read.models.back().max_positions);
   }
   read.vocab_size = vocabulary_size(read.checkpoints.front(), paths.front());
+  // Separate vocabularies are trained and saved, not yet decoded (the source's model
+  // encodes the input: the decoding step of that work).
+  for (size_t m = 0; m < paths.size(); ++m) {
+    if (source_embedding_rows(read.checkpoints[m]) > 0) {
+      THPC_FAIL(paths[m] << ": a model of separate source and target vocabularies, which "
+                         << "this version trains but does not decode yet");
+    }
+  }
   return read;
 }
 

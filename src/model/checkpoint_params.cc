@@ -12,7 +12,9 @@ namespace thpc {
 
 void check_architecture(const Checkpoint& checkpoint, const Transformer& model,
                         const std::string& source) {
-  check_architecture(checkpoint, architecture_text(model.config(), model.vocab_size()), source);
+  const VocabularySizes sizes = model.vocabularies();
+  check_architecture(checkpoint, architecture_text(model.config(), sizes.target, sizes.source),
+                     source);
 }
 
 void load_parameters(const std::string& path, Transformer& model) {
@@ -24,7 +26,8 @@ std::string parameters_sha256(const Checkpoint& checkpoint, const ModelConfig& m
   const int64_t vocab = embedding_rows(checkpoint);
   if (vocab <= 0) THPC_FAIL(source << ": holds no embed.weight, the parameters of a model");
   ParamStore table;
-  add_transformer_parameters(model, static_cast<int>(vocab), table);
+  add_transformer_parameters(model, static_cast<int>(vocab), table,
+                             static_cast<int>(source_embedding_rows(checkpoint)));
   std::map<std::string, const NamedTensor*> by_name;
   for (const NamedTensor& tensor : checkpoint.params) by_name[tensor.name] = &tensor;
   Sha256 digest;

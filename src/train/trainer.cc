@@ -182,8 +182,9 @@ Trainer::Trainer(const Config& config, Communicator comm)
     throw AllRanksError(impossible, 2);
   }
   micro_budget_ = micro_batch_budget(config_, comm_);
-  model_ = std::make_unique<Transformer>(config_.model, vocab, source_->special_ids(), *backend_,
-                                         config_.train.seed);
+  model_ = std::make_unique<Transformer>(config_.model,
+                                         VocabularySizes{vocab, source_->source_vocab_size()},
+                                         source_->special_ids(), *backend_, config_.train.seed);
   model_->set_loss_chunk_rows(config_.train.loss_chunk_rows);
   AdamSettings adam;
   adam.beta1 = config_.train.adam_beta1;
@@ -369,10 +370,13 @@ Checkpoint Trainer::snapshot_without_state() const {
   checkpoint.seed = config_.train.seed;
   checkpoint.world_size = comm_.size();
   checkpoint.data_position = source_->position();
-  checkpoint.architecture = architecture_text(config_.model, model_->vocab_size());
+  checkpoint.architecture = architecture_text(config_.model, model_->vocab_size(), model_->vocabularies().source);
   checkpoint.config_ini = config_.to_ini(provenance_);
   // The vocabulary travels with the parameters, so that decoding needs only the file.
   if (const std::string* model = source_->spm_model()) checkpoint.spm_model = *model;
+  if (const std::string* model = source_->source_spm_model()) {
+    checkpoint.source_spm_model = *model;
+  }
   checkpoint.direction = source_->direction();
   checkpoint.best_valid = best_valid_;
   checkpoint.run_id = run_id_;
@@ -397,7 +401,8 @@ Checkpoint Trainer::snapshot_without_state() const {
 void Trainer::restore(const Checkpoint& checkpoint, const std::string& source) {
   check_checkpoint_vocabulary(checkpoint, source, *source_, config_);
   check_checkpoint_architecture(checkpoint, source,
-                                architecture_text(model_->config(), model_->vocab_size()));
+                                architecture_text(model_->config(), model_->vocab_size(),
+                                              model_->vocabularies().source));
   check_checkpoint_resumes_this_run(checkpoint, source, config_);
   ParamStore& params = model_->params();
   scatter_named(checkpoint.params, params, *backend_, params.params(), "checkpoint " + source);
@@ -505,7 +510,8 @@ void Trainer::apply_start_options(std::ostream& log) {
       check_checkpoint_vocabulary(init, options.init, *source_, config_);
       // (before load_parameters' own check: a mismatch is the configuration's, exit 2)
       check_checkpoint_architecture(init, options.init,
-                                    architecture_text(model_->config(), model_->vocab_size()));
+                                    architecture_text(model_->config(), model_->vocab_size(),
+                                              model_->vocabularies().source));
       load_parameters(init, options.init, *model_);
       quantized = !init.quantized.empty();
       init_said = std::filesystem::absolute(options.init).lexically_normal().string() +

@@ -116,13 +116,6 @@ std::string same_pairs_warning(const Config& config, const BatchSource& train,
 
 int resolve_vocab_size(const Config& config, const BatchSource& source) {
   const int data_vocab = source.vocab_size();
-  // The model and the reader take them; checkpoints and decoding do not yet carry them.
-  if (source.source_vocab_size() > 0) {
-    throw AllRanksError(config.data.dir + ": the shards have separate source and target "
-                            "vocabularies (shard format 3), which this version does not "
-                            "train yet: preprocess the corpus with one shared vocabulary",
-                        3);
-  }
   if (config.model.vocab_size > 0 && config.model.vocab_size != data_vocab) {
     // A configuration error every rank finds alike (they read the same data, checked
     // before): exit 2, one message.
@@ -263,6 +256,20 @@ std::string configuration_impossible(const Config& config, const BatchSource& so
 
 void check_checkpoint_vocabulary(const Checkpoint& checkpoint, const std::string& path,
                                  const BatchSource& data, const Config& config) {
+  // With separate vocabularies the source's model too (whether both have one is the
+  // architecture's check: source_vocab_size).
+  if (const std::string* source = data.source_spm_model();
+      source != nullptr && !checkpoint.source_spm_model.empty() &&
+      *source != checkpoint.source_spm_model) {
+    const std::string difference = sentencepiece_vocabulary_difference(
+        checkpoint.source_spm_model, "the checkpoint's source", *source, "the shards' source");
+    if (!difference.empty()) {
+      throw ConfigurationError("checkpoint " + path + ": trained on another source "
+                               "SentencePiece vocabulary than the shards of data.dir " +
+                               config.data.dir + " (" + difference + "): start afresh, or "
+                               "give the corpus it was trained on");
+    }
+  }
   const std::string* shards = data.spm_model();
   if (checkpoint.spm_model.empty() || shards == nullptr || *shards == checkpoint.spm_model) return;
   const std::string difference = sentencepiece_vocabulary_difference(

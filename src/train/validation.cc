@@ -223,8 +223,9 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
                               << config.data.valid << " shards of " << config.data.dir
                               << " are " << shards->direction());
     }
-    model = std::make_unique<Transformer>(config.model, vocab_size, shards->special_ids(),
-                                          *backend, config.train.seed);
+    model = std::make_unique<Transformer>(
+        config.model, VocabularySizes{vocab_size, shards->source_vocab_size()},
+        shards->special_ids(), *backend, config.train.seed);
     load_parameters(checkpoint, path, *model);
     step = checkpoint.step;
     settings_differing = eval_settings_differing(config, checkpoint);
