@@ -1018,7 +1018,7 @@ TEST(Config, AnUnknownKeySaysTheKeyMostLikelyMeant) {
       {"train.lr_scheduler", "the schedule is always the paper's, fairseq's inverse_sqrt"},
       {"encoder-layers", "here it is model.layers, the encoder's and the decoder's alike"},
       {"model.decoder_ffn_embed_dim", "here it is model.d_ff"},
-      {"share-decoder-input-output-embed", "always so here: one matrix embeds the source"},
+      {"share-decoder-input-output-embed", "the data decides here: shards of one vocabulary"},
       {"eval_bleu", "here it is train.valid_bleu"},
       {"best_checkpoint_metric", "here it is checkpoint.keep_best"},
       {"model.arch", "the architecture is set key by key"},
@@ -1040,7 +1040,7 @@ TEST(Config, AnUnknownKeySaysTheKeyMostLikelyMeant) {
       {"mini-batch-words", "here it is train.tokens_per_step: padded tokens a side"},
       {"workspace", "batches are fixed in tokens here"},
       {"exponential-smoothing", "not offered: average checkpoints instead"},
-      {"tied-embeddings-all", "always so here: one matrix embeds the source"},
+      {"tied-embeddings-all", "the data decides here: shards of one vocabulary"},
       {"save-freq", "here it is checkpoint.every_steps"},
       {"devices", "one GPU per MPI rank here"},
       // fairseq's spelling, with '-'; and its name where its section is not the key's

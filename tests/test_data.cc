@@ -542,6 +542,65 @@ TEST_F(DataPipeline, TheBatchesOfSmallShardsAreThoseTheOrderAndTheCutRulesGive) 
   }
 }
 
+// transformer_preprocess --source-vocab-size: a SentencePiece model for each language,
+// each side encoded with its own (the shards' pairs decode back to the lines with it),
+// the source's written as spm.source.model and stored in every shard (format 3); the
+// same directory preprocessed again with one vocabulary loses that file, and says so.
+TEST_F(DataPipeline, SeparateVocabulariesEncodeEachSideWithItsOwnModel) {
+  const fs::path dest = root_ / "separate_corpus";
+  PreprocessOptions separate = options(dest);
+  separate.source_vocab_size = 400;
+  separate.shards = 1;
+  std::ostringstream log;
+  const PreprocessSummary summary = preprocess(separate, log);
+  EXPECT_EQ(summary.source_vocab_size, 400);
+  EXPECT_EQ(summary.vocab_size, 600);
+  EXPECT_NE(log.str().find("(the target's), spm.source.model to " + dest.string() +
+                           ": source vocabulary 400, target vocabulary 600"),
+            std::string::npos)
+      << log.str();
+  const ShardContents shard = read_shard((dest / "train.00000.h5").string());
+  EXPECT_EQ(shard.metadata.format_version, 3);
+  EXPECT_EQ(shard.metadata.source_vocab_size, 400);
+  EXPECT_EQ(shard.metadata.source_spm_model, read_bytes((dest / "spm.source.model").string()));
+  EXPECT_EQ(shard.metadata.spm_model, read_bytes((dest / "spm.model").string()));
+  sentencepiece::SentencePieceProcessor source_model, target_model;
+  ASSERT_TRUE(source_model.LoadFromSerializedProto(shard.metadata.source_spm_model).ok());
+  ASSERT_TRUE(target_model.LoadFromSerializedProto(shard.metadata.spm_model).ok());
+  // The first pairs kept are the first lines (one shard holds them in the input's order).
+  const std::vector<std::string> en = head_lines((root_ / "train.en").string(), 3);
+  const std::vector<std::string> de = head_lines((root_ / "train.de").string(), 3);
+  for (int pair = 0; pair < 3; ++pair) {
+    const TokenSequence source = shard.source.sentence(pair);
+    const TokenSequence target = shard.target.sentence(pair);
+    std::string source_text, target_text;
+    ASSERT_TRUE(source_model.Decode(std::vector<int>(source.begin(), source.end()),
+                                    &source_text).ok());
+    ASSERT_TRUE(target_model.Decode(std::vector<int>(target.begin(), target.end()),
+                                    &target_text).ok());
+    EXPECT_EQ(source_text, en[pair]);
+    EXPECT_EQ(target_text, de[pair]);
+    // And not with one another's: the sides' ids are of different vocabularies.
+    std::vector<int> with_target;
+    ASSERT_TRUE(target_model.Encode(en[pair], &with_target).ok());
+    EXPECT_NE(TokenSequence(with_target.begin(), with_target.end()), source);
+  }
+  std::ostringstream again;
+  preprocess(options(dest), again);
+  EXPECT_FALSE(fs::exists(dest / "spm.source.model"));
+  EXPECT_NE(again.str().find("removed the spm.source.model an earlier run of separate "
+                             "vocabularies left in " + dest.string()),
+            std::string::npos)
+      << again.str();
+  EXPECT_EQ(read_shard((dest / "train.00000.h5").string()).metadata.format_version, 2);
+  // A source model and a given model are one too many.
+  PreprocessOptions both = options(root_ / "both");
+  both.source_vocab_size = 400;
+  both.spm_model = (dest / "spm.model").string();
+  expect_error([&] { preprocess(both, again); },
+               {"--source-vocab-size trains a source model, --spm-model gives the models"});
+}
+
 // Separate vocabularies (shard format 3): the source's ids are checked against its own
 // size, the target's against vocab_size; such a shard is format 3 (one of format 2 with
 // a source vocabulary is not written), a corpus mixing it with one of a shared vocabulary

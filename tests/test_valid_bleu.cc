@@ -175,6 +175,53 @@ TEST_F(ValidBleu, LoggedBleuIsTransformerScoreOfTheDecodedCheckpointAndBestH5IsT
       << run.output;
 }
 
+// Separate vocabularies (transformer_preprocess --source-vocab-size): the BLEU a run logs
+// is that of transformer_decode's translations of the checkpoint, whose input it encodes
+// with the source's model stored in the checkpoint (encoded with the target's, the ids
+// mean other pieces, or none of the source table's), and the model's parameters hold the
+// encoder's own table.
+TEST_F(ValidBleu, SeparateVocabulariesLogTheBleuOfTheDecodedCheckpoint) {
+  const fs::path data = root_ / "separate_data";
+  const ProcessResult corpus = run_process(
+      kBuild + "transformer_preprocess --source-lang en --target-lang de --trainpref " +
+      (root_ / "text/train").string() + " --validpref " + (root_ / "text/valid").string() +
+      " --destdir " + data.string() + " --vocab-size 120 --source-vocab-size 90 --seed 1");
+  ASSERT_EQ(corpus.exit_code, 0) << corpus.output;
+  const fs::path dir = root_ / "separate/checkpoints";
+  const ProcessResult run = run_process(
+      "cd " THPC_SOURCE_DIR " && " + kBuild + "transformer_hpc input/numbers.ini --data.dir=" +
+      data.string() + kValidBleu +
+      " --train.max_steps=40 --train.warmup_steps=30 --train.log_every=20"
+      " --train.valid_every=20 --checkpoint.every_steps=20 --checkpoint.dir=" + dir.string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  int nonzero = 0;
+  for (const int step : {20, 40}) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const std::string model = checkpoint(step, "separate");
+    const std::string scored = decode_and_score(model, "--greedy", "-b -w 2");
+    EXPECT_EQ(printed_score(run.output, step), scored);
+    nonzero += std::stod(scored) > 0.0;
+    const Checkpoint saved = read_checkpoint(model, CheckpointParts::ParamsOnly);
+    EXPECT_EQ(source_embedding_rows(saved), 90);
+    EXPECT_EQ(embedding_rows(saved), 120);
+    EXPECT_FALSE(saved.source_spm_model.empty());
+  }
+  EXPECT_GT(nonzero, 0) << "every BLEU is 0: the comparison says little";
+  // --spm-model replaces a shared model: refused, as are the features that read the
+  // input's pieces as the target's.
+  for (const std::string& option :
+       {"--spm-model " + (data / "spm.model").string(), std::string("--tree-constraints")}) {
+    const ProcessResult refused = run_process(
+        kBuild + "transformer_decode --checkpoint " + checkpoint(40, "separate") + " --input " +
+        (root_ / "text/valid.en").string() + " " + option);
+    EXPECT_EQ(refused.exit_code, 2) << refused.output;
+    EXPECT_NE(refused.output.find(checkpoint(40, "separate") + " has separate source and "
+                                  "target vocabularies"),
+              std::string::npos)
+        << refused.output;
+  }
+}
+
 // train.valid_metric = chrf: the same, with chrF in place of BLEU everywhere: the line,
 // metrics.jsonl, --eval, best.h5 (keep_best = chrf), the summary. The first test's
 // schedule (chrF 8.61, 20.06, 12.20 when written, while the perplexity falls at every

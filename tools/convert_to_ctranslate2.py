@@ -138,6 +138,11 @@ def parse_architecture(text):
     # converted as if it were absent (a helper's trial: a model.activation = gelu model
     # would have been converted with ReLU).
     unknown = sorted(set(fields) - set(needed) - {"norm"})
+    if "source_vocab_size" in unknown:
+        raise ConversionError("it holds a model of separate source and target vocabularies "
+                              "(transformer_preprocess --source-vocab-size), which this "
+                              "converter does not map yet (CTranslate2's spec with "
+                              "shared_embeddings off and two vocabularies)")
     if unknown:
         raise ConversionError(f"its architecture '{text}' records "
                               f"{', '.join('model.' + key for key in unknown)}, which this "

@@ -491,6 +491,50 @@ void load_sentencepiece_model(const Arguments& args, const thpc::DecodingCheckpo
   }
 }
 
+// With separate vocabularies (a model trained on transformer_preprocess
+// --source-vocab-size shards): the source's SentencePiece model, which encodes the input,
+// loaded from the first checkpoint into `source` (true); false with one vocabulary, whose
+// model encodes both sides. --spm-model replaces a shared model only, and the features
+// that read the input's pieces as the target's (--tree-constraints, --dump-attention) take
+// one vocabulary.
+bool load_source_sentencepiece_model(const Arguments& args,
+                                     const thpc::DecodingCheckpoints& ensemble,
+                                     const SentencePieceModel& target, SentencePieceModel& source) {
+  if (ensemble.source_vocab_size == 0) return false;
+  const thpc::Checkpoint& checkpoint = ensemble.checkpoints.front();
+  const std::string& path = ensemble.paths.front();
+  const std::string separate = path + " has separate source and target vocabularies";
+  if (!args.spm_model.empty()) {
+    throw thpc::tools::UsageError("--spm-model replaces one shared vocabulary, and " + separate +
+                                  ", both stored in it: leave --spm-model out");
+  }
+  if (args.tree_constraints || !args.dump_attention.empty()) {
+    throw thpc::tools::UsageError(
+        std::string(args.tree_constraints ? "--tree-constraints" : "--dump-attention") +
+        " reads the input's pieces as the target's, and " + separate +
+        ": give a model of one vocabulary (transformer_preprocess without --source-vocab-size)");
+  }
+  if (checkpoint.source_spm_model.empty()) {
+    THPC_FAIL(separate << " but stores no source SentencePiece model (its shards had none)");
+  }
+  source.name = "the source SentencePiece model stored in " + path;
+  const auto status = source.processor.LoadFromSerializedProto(checkpoint.source_spm_model);
+  if (!status.ok()) THPC_FAIL("cannot load " << source.name << ": " << status.ToString());
+  try {
+    source.vocabulary = thpc::vocabulary_of(source.processor);
+  } catch (const thpc::Error& error) {
+    THPC_FAIL(source.name << ": " << error.what());
+  }
+  if (source.vocabulary.size != ensemble.source_vocab_size ||
+      source.vocabulary.ids != target.vocabulary.ids) {
+    THPC_FAIL(source.name << ": a vocabulary of " << source.vocabulary.size << " (pad/unk/bos/eos "
+              << thpc::special_ids_text(source.vocabulary.ids) << "), but its source table has "
+              << ensemble.source_vocab_size << " rows (and the target's ids are "
+              << thpc::special_ids_text(target.vocabulary.ids) << "): the file is damaged");
+  }
+  return true;
+}
+
 // A buffer of the input: its lines as read, each encoded into the pieces the models
 // translate, the batches they are translated in, and what the workers found for them.
 struct InputBuffer {
@@ -1318,8 +1362,11 @@ class InputFailure {
 // the corpus's per-piece log-likelihood and perplexity on standard error at the end.
 // The two files must have one line count: regular files are counted before anything is
 // scored, pipes as they are read (a shorter one is said where it ends).
+// `source` encodes the input lines (spm's processor with one vocabulary), spm the
+// translations scored.
 int run_scoring(const Arguments& args, const thpc::DecodingCheckpoints& ensemble,
-                const thpc::TrainConfig& train, const SentencePieceModel& spm) {
+                const thpc::TrainConfig& train, const SentencePieceModel& spm,
+                const sentencepiece::SentencePieceProcessor& source) {
   // One pipe read as both sides (--input - and --score-reference /dev/stdin, or the other
   // way): each would take lines of the other. (A regular file opened twice is read twice.)
   {
@@ -1357,7 +1404,9 @@ int run_scoring(const Arguments& args, const thpc::DecodingCheckpoints& ensemble
     mismatch(count_said(input.name(), input_count, true),
              count_said(references.name(), reference_count, true));
   }
-  SourceEncoder encoder(spm.processor, ensemble.max_positions, ensemble.max_positions_said());
+  SourceEncoder encoder(source, ensemble.max_positions, ensemble.max_positions_said());
+  SourceEncoder reference_encoder(spm.processor, ensemble.max_positions,
+                                  ensemble.max_positions_said());
   const size_t buffer_size = static_cast<size_t>(args.buffer_sentences);
   // The pairs not scored (a side longer than the position table): how many, and the
   // first, said by its line and its longer side.
@@ -1455,8 +1504,8 @@ int run_scoring(const Arguments& args, const thpc::DecodingCheckpoints& ensemble
       }
       encoder.encode(input.name(), buffer.first_line, buffer.lines, buffer.sources, &long_source);
     }
-    encoder.encode(references.name(), buffer.first_reference_line, buffer.reference_lines,
-                   buffer.references, &long_reference);
+    reference_encoder.encode(references.name(), buffer.first_reference_line,
+                             buffer.reference_lines, buffer.references, &long_reference);
     const size_t pairs = buffer.references.size();
     buffer.scored.assign(pairs, 1);
     for (size_t i = 0; i < pairs; ++i) {
@@ -1600,8 +1649,11 @@ int run(const Arguments& args) {
     }
   }
   const thpc::DecodeConfig& stored = ensemble.config.decode;
-  SentencePieceModel spm;
+  SentencePieceModel spm, source_spm;
   load_sentencepiece_model(args, ensemble, spm);
+  const sentencepiece::SentencePieceProcessor& source_processor =
+      load_source_sentencepiece_model(args, ensemble, spm, source_spm) ? source_spm.processor
+                                                                        : spm.processor;
   // A parser's vocabulary (its brackets whole pieces, transformer_preprocess --user-symbols)
   // decoded without --tree-constraints writes trees that delinearize must repair: test F1
   // 12.7 against 32.4 constrained, in a helper's walk, without a word.
@@ -1618,7 +1670,9 @@ int run(const Arguments& args) {
     }
     return false;
   }();
-  if (!args.score_reference.empty()) return run_scoring(args, ensemble, train, spm);
+  if (!args.score_reference.empty()) {
+    return run_scoring(args, ensemble, train, spm, source_processor);
+  }
   if (!args.tree_constraints && !args.sampling &&
       spm.processor.PieceToId("\xe2\x96\x81)") != spm.processor.unk_id() && labelled_bracket) {
     std::cerr << "transformer_decode: note: " << spm.name << " holds the bracket pieces of a "
@@ -1654,7 +1708,7 @@ int run(const Arguments& args) {
   // buffer encoded, translated in batches sorted by length, and written in input order
   // before the next is read: memory is a buffer's whatever the input's size.
   SourceReader reader(args.input);
-  SourceEncoder encoder(spm.processor, ensemble.max_positions, ensemble.max_positions_said());
+  SourceEncoder encoder(source_processor, ensemble.max_positions, ensemble.max_positions_said());
   const size_t buffer_size =
       args.dump_lines.empty() ? static_cast<size_t>(args.buffer_sentences) : 0;
   const auto read_buffer = [&](InputBuffer& buffer) {

@@ -66,9 +66,18 @@ int main(int argc, char** argv) {
       "testpref", po::value(&options.test_prefix), "test text prefix (optional)")(
       "destdir", po::value(&options.dest_dir)->required(), "output directory")(
       "vocab-size", po::value(&options.vocab_size)->default_value(options.vocab_size),
-      "shared vocabulary size (the paper's EN-DE BPE: 37000)")(
+      "shared vocabulary size (the paper's EN-DE BPE: 37000); with --source-vocab-size the "
+      "target's")(
+      "source-vocab-size",
+      po::value(&options.source_vocab_size)->default_value(options.source_vocab_size),
+      "separate vocabularies (fairseq's default dictionaries, Marian's two --vocabs): a "
+      "SentencePiece model of this many pieces trained on the source text alone, written "
+      "as spm.source.model, and --vocab-size's on the target text alone (spm.model); the "
+      "model then gets the encoder an embedding table of its own, the target's tied to the "
+      "output projection; 0 = one shared vocabulary (§5.1)")(
       "spm-model", po::value(&options.spm_model),
-      "use this SentencePiece .model, no training (a checkpoint: the model it stores)")(
+      "use this SentencePiece .model, no training (a checkpoint: the model it stores, both "
+      "of separate vocabularies)")(
       "model-type", po::value(&options.model_type)->default_value(options.model_type),
       "SentencePiece model: bpe | unigram")(
       "user-symbols", po::value(&options.user_symbols),
@@ -103,10 +112,10 @@ int main(int argc, char** argv) {
          {"valid-max-length", "here it is --valid-max-len"},
          {"max-length", "here it is --max-len"},
          {"workers", "here it is --threads"},
-         {"nwordssrc", "here it is --vocab-size, one vocabulary for both languages"},
-         {"nwordstgt", "here it is --vocab-size, one vocabulary for both languages"},
-         {"joined-dictionary", "always so here: one SentencePiece model for both languages "
-                               "(--vocab-size)"},
+         {"nwordssrc", "here it is --source-vocab-size (separate vocabularies)"},
+         {"nwordstgt", "here it is --vocab-size (the target's, with --source-vocab-size)"},
+         {"joined-dictionary", "the default here: one SentencePiece model for both "
+                               "languages (--vocab-size); --source-vocab-size N makes two"},
          {"srcdict", "here it is --spm-model, one for both languages"},
          {"tgtdict", "here it is --spm-model, one for both languages"},
          {"vocabs", "here it is --spm-model, one for both languages"}});
@@ -120,6 +129,7 @@ int main(int argc, char** argv) {
       // The model's own: given beside --spm-model, they changed nothing, without a word.
       if (given.count("spm-model") > 0) {
         std::string unused;
+        // (--source-vocab-size is refused beside it, check_preprocess_options)
         for (const char* name : {"vocab-size", "model-type", "user-symbols"}) {
           if (given.count(name) > 0 && !given[name].defaulted()) {
             unused += (unused.empty() ? "--" : ", --") + std::string(name);
@@ -184,9 +194,11 @@ int main(int argc, char** argv) {
       std::string magic(thpc::kHeaderMagic.size(), '\0');
       if (head.read(magic.data(), static_cast<std::streamsize>(magic.size())) &&
           magic == thpc::kHeaderMagic) {
-        given.options.spm_model_of_checkpoint =
-            thpc::read_checkpoint(given.options.spm_model, thpc::CheckpointParts::ParamsOnly)
-                .spm_model;
+        const thpc::Checkpoint stored =
+            thpc::read_checkpoint(given.options.spm_model, thpc::CheckpointParts::ParamsOnly);
+        given.options.spm_model_of_checkpoint = stored.spm_model;
+        // Separate vocabularies: the source's model too.
+        given.options.source_spm_model_of_checkpoint = stored.source_spm_model;
         if (given.options.spm_model_of_checkpoint.empty()) {
           THPC_FAIL("--spm-model " << given.options.spm_model << ": a checkpoint that stores "
                     << "no SentencePiece model (of a run on the synthetic task, or written "

@@ -727,10 +727,13 @@ constexpr OtherToolkitsName kOtherToolkitsNames[] = {
     {"model", "encoder_normalize_before", "here it is model.norm = pre"},
     {"model", "decoder_normalize_before", nullptr},
     {"model", "share_all_embeddings",
-     "always so here: one matrix embeds the source and the target and is the output "
-     "projection (§3.4), over one vocabulary"},
+     "the data decides here: shards of one vocabulary (the default) give one matrix that "
+     "embeds the source and the target and is the output projection (§3.4); shards of "
+     "transformer_preprocess --source-vocab-size give the encoder a table of its own, the "
+     "target's still the projection's"},
     {"model", "share_decoder_input_output_embed", nullptr},
     {"model", "tied_embeddings_all", nullptr},  // Marian's
+    {"model", "tied_embeddings", nullptr},
     // Marian's names (a Marian user's walk): the habits of `marian --task transformer-base`.
     {"checkpoint", "overwrite",
      "Marian's --overwrite (no model.iterN copies) is checkpoint.keep = 1 here; "

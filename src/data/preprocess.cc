@@ -334,13 +334,24 @@ class SampledLines final : public sentencepiece::SentenceIterator {
   sentencepiece::util::Status status_;
 };
 
-// The serialized SentencePiece model trained on the training text of both languages (one
-// shared vocabulary, §5.1). Sets the summary's training_lines and spm_lines.
+// Which training text a SentencePiece model is trained on: both languages' (one shared
+// vocabulary, §5.1), or one side's (separate vocabularies, --source-vocab-size).
+enum class TextSides { kBoth, kSource, kTarget };
+
+// The serialized SentencePiece model trained on the training text of `sides`. Adds to the
+// summary's training_lines and spm_lines.
 std::string train_sentencepiece_model(const PreprocessOptions& options,
-                                      const ParallelFiles& train, PreprocessSummary* summary) {
+                                      const ParallelFiles& train, PreprocessSummary* summary,
+                                      TextSides sides = TextSides::kBoth) {
+  const int vocab_size =
+      sides == TextSides::kSource ? options.source_vocab_size : options.vocab_size;
+  const char* size_option = sides == TextSides::kSource ? "--source-vocab-size" : "--vocab-size";
+  std::vector<std::string> paths;
+  if (sides != TextSides::kTarget) paths.push_back(train.source_path);
+  if (sides != TextSides::kSource) paths.push_back(train.target_path);
   std::unordered_map<std::string, std::string> arguments = {
       {"model_type", options.model_type},
-      {"vocab_size", std::to_string(options.vocab_size)},
+      {"vocab_size", std::to_string(vocab_size)},
       // Our id convention (batch.h): pad 0, unk 1, bos 2, eos 3.
       {"pad_id", "0"},
       {"unk_id", "1"},
@@ -376,30 +387,31 @@ std::string train_sentencepiece_model(const PreprocessOptions& options,
     }
     arguments["user_defined_symbols"] = symbols;
   }
-  summary->training_lines = 2 * train.pairs;
+  const int64_t lines = static_cast<int64_t>(paths.size()) * train.pairs;
+  summary->training_lines += lines;
   std::string model;
   sentencepiece::util::Status status;
   // SentencePiece's `input` is a comma-separated list: a path with a comma in it named
   // other files (trained on them, or "Not found"). Those lines go through the sample,
-  // which then takes every line.
+  // which then takes every line. One side's text goes through it too (its long lines
+  // are counted for both sides together).
   const bool listable = train.source_path.find(',') == std::string::npos &&
                         train.target_path.find(',') == std::string::npos;
-  const bool every_line =
-      options.spm_sentences == 0 || summary->training_lines <= options.spm_sentences;
-  if (every_line && listable && train.lines_too_long_for_training == 0) {
+  const bool every_line = options.spm_sentences == 0 || lines <= options.spm_sentences;
+  if (every_line && listable && train.lines_too_long_for_training == 0 &&
+      sides == TextSides::kBoth) {
     // Every line: SentencePiece reads the files itself (and records their names in the
     // model's trainer_spec, as it always did; through the sample, which leaves out lines
     // too long for it, it records none).
     arguments["input"] = train.source_path + "," + train.target_path;
-    summary->spm_lines = summary->training_lines;
+    summary->spm_lines += lines;
     status = sentencepiece::SentencePieceTrainer::Train(arguments, nullptr, &model);
   } else {
-    SampledLines sample({train.source_path, train.target_path}, summary->training_lines,
-                        every_line ? summary->training_lines : options.spm_sentences,
-                        options.seed, kSentencePieceLongestLine);
+    SampledLines sample(paths, lines, every_line ? lines : options.spm_sentences, options.seed,
+                        kSentencePieceLongestLine);
     status = sentencepiece::SentencePieceTrainer::Train(arguments, &sample, &model);
-    summary->spm_lines = sample.given();
-    summary->spm_lines_too_long = sample.left_out();
+    summary->spm_lines += sample.given();
+    summary->spm_lines_too_long += sample.left_out();
   }
   if (!status.ok()) {
     // Its one failure a user's option causes, in the user's words: the vocabulary must
@@ -412,10 +424,13 @@ std::string train_sentencepiece_model(const PreprocessOptions& options,
       long long given = 0, needed = 0;
       std::string versus;
       if (counts >> given >> versus >> needed && versus == "vs") {
-        THPC_FAIL("--vocab-size " << options.vocab_size << " is too small for the training "
-                  << "text (" << train.source_path << ", " << train.target_path << "): its "
+        std::string files;
+        for (const std::string& path : paths) files += (files.empty() ? "" : ", ") + path;
+        THPC_FAIL(size_option << " " << vocab_size << " is too small for the training "
+                  << "text (" << files << "): its "
                   << "distinct characters, each a piece of its own, and the special ids "
-                  << "need " << needed << "; give --vocab-size " << needed << " or more");
+                  << "need " << needed << "; give " << size_option << " " << needed
+                  << " or more");
       }
     }
     THPC_FAIL(train.source_path << ", " << train.target_path
@@ -708,7 +723,8 @@ const char* length_option(Filter filter) {
 
 // Reads a split's pairs a block at a time, encodes each block on all cores and appends
 // the pairs that survive the filters to `source` and `target`, counting each kind of drop.
-void encode_and_filter(const sentencepiece::SentencePieceProcessor& processor,
+void encode_and_filter(const sentencepiece::SentencePieceProcessor& source_processor,
+                       const sentencepiece::SentencePieceProcessor& processor,
                        const std::string& split, const ParallelFiles& files,
                        const PreprocessOptions& options, Filter filter, SplitCounts* counts,
                        SpilledColumn* source, SpilledColumn* target, ProgressListener& progress) {
@@ -739,8 +755,8 @@ void encode_and_filter(const sentencepiece::SentencePieceProcessor& processor,
                                   << " when counted (changed while being read)");
     }
     if (count == 0) break;
-    encode_lines(processor, source_lines, count, files.source_path, first, threads, longest,
-                 &source_ids, progress);
+    encode_lines(source_processor, source_lines, count, files.source_path, first, threads,
+                 longest, &source_ids, progress);
     encode_lines(processor, target_lines, count, files.target_path, first, threads, longest,
                  &target_ids, progress);
     for (size_t i = 0; i < count; ++i) {
@@ -861,7 +877,7 @@ bool written_by_preprocessing(std::string name) {
       name.compare(name.size() - partial.size(), partial.size(), partial) == 0) {
     name.resize(name.size() - partial.size());
   }
-  if (name == "spm.model" || is_shard_name(name)) return true;
+  if (name == "spm.model" || name == kSourceSpmModelFile || is_shard_name(name)) return true;
   // The scratch files of a split (SpilledColumn): SPLIT.{src,tgt}.{lengths,tokens}.partial.
   for (const std::string split : {"train", "valid", "test"}) {
     for (const std::string side : {".src", ".tgt"}) {
@@ -913,7 +929,7 @@ void check_destdir_holds_only_shards(const PreprocessOptions& options) {
                 << name << "): give the corpus a directory of its own");
     }
     const bool shard = is_shard_name(name);
-    if (!shard && name != "spm.model") continue;
+    if (!shard && name != "spm.model" && name != kSourceSpmModelFile) continue;
     std::string wrong;
     if (!entry.is_regular_file(error)) {
       wrong = "not a file";
@@ -999,7 +1015,10 @@ void check_every_shard_holds_a_pair(int shards, int64_t pairs, const std::string
 // Encodes a split into its scratch files, then writes its kept pairs to `shards` shards
 // as dealt_pairs deals them (known only once the whole split has been encoded). One
 // shard is what the output was when every pair was held at once.
-void preprocess_split(const sentencepiece::SentencePieceProcessor& processor,
+// `source_processor` encodes the source side (the target's `processor` too, with one
+// vocabulary).
+void preprocess_split(const sentencepiece::SentencePieceProcessor& source_processor,
+                      const sentencepiece::SentencePieceProcessor& processor,
                       const std::string& split, const ParallelFiles& files,
                       const PreprocessOptions& options, Filter filter, int shards,
                       const ShardMetadata& metadata, SplitCounts* counts,
@@ -1007,8 +1026,8 @@ void preprocess_split(const sentencepiece::SentencePieceProcessor& processor,
   const std::string scratch = (fs::path(options.dest_dir) / split).string();
   const int64_t run = options.pairs_dealt_together;
   SpilledColumn source(scratch + ".src", run), target(scratch + ".tgt", run);
-  encode_and_filter(processor, split, files, options, filter, counts, &source, &target,
-                    progress);
+  encode_and_filter(source_processor, processor, split, files, options, filter, counts, &source,
+                    &target, progress);
   source.finish();
   target.finish();
   const int64_t kept = counts->kept;
@@ -1092,6 +1111,15 @@ void check_preprocess_options(const PreprocessOptions& options) {
   if (options.vocab_size < 5) {
     THPC_FAIL("--vocab-size must be >= 5 (4 special ids + 1), got " << options.vocab_size);
   }
+  if (options.source_vocab_size != 0 && options.source_vocab_size < 5) {
+    THPC_FAIL("--source-vocab-size must be 0 (one vocabulary for both languages) or >= 5 "
+              << "(4 special ids + 1), got " << options.source_vocab_size);
+  }
+  if (options.source_vocab_size > 0 && !options.spm_model.empty()) {
+    THPC_FAIL("--source-vocab-size trains a source model, --spm-model gives the models: "
+              << "give one of them (a checkpoint of separate vocabularies given as "
+              << "--spm-model has both)");
+  }
   // SentencePiece refuses an input_sentence_size of 1 to 100.
   if (options.spm_sentences < 0 || (options.spm_sentences > 0 && options.spm_sentences <= 100)) {
     THPC_FAIL("--spm-sentences must be 0 (every line) or more than 100, got "
@@ -1135,19 +1163,30 @@ namespace {
 // in one section no interrupt stops, everything renamed over an earlier run's files and
 // that run's other shards removed; both said after, with a replaced spm.model (a model of
 // the user's own there went without a word; the same bytes are no replacement).
-void commit_outputs(const PreprocessOptions& options, const std::string& spm_model,
+void commit_outputs(const PreprocessOptions& options, const ShardMetadata& metadata,
                     PendingOutputs& outputs, std::ostream& log) {
+  const std::string& spm_model = metadata.spm_model;
   const std::string model_path = (fs::path(options.dest_dir) / "spm.model").string();
   {
     std::ofstream model_file(outputs.add(model_path), std::ios::binary);
     model_file << spm_model;
     if (!model_file.flush()) THPC_FAIL(model_path << ": cannot write");
   }
+  // Separate vocabularies: the source's model beside it. One vocabulary: an earlier run's
+  // source model is removed with its shards (it would be taken for this corpus's).
+  const std::string source_model_path =
+      (fs::path(options.dest_dir) / kSourceSpmModelFile).string();
+  if (metadata.separate_vocabularies()) {
+    std::ofstream model_file(outputs.add(source_model_path), std::ios::binary);
+    model_file << metadata.source_spm_model;
+    if (!model_file.flush()) THPC_FAIL(source_model_path << ": cannot write");
+  }
   outputs.sync();
   std::error_code no_model;
   const bool replaces_a_model = fs::is_regular_file(model_path, no_model) &&
                                 read_input_file(model_path, "spm.model") != spm_model;
   std::vector<std::string> earlier;
+  bool removed_source_model = false;
   {
     // The earlier corpus gives way to this one without a stop between: its shards were
     // removed before this run's were renamed into place, and an interrupt there (the
@@ -1161,6 +1200,10 @@ void commit_outputs(const PreprocessOptions& options, const std::string& spm_mod
     const std::set<std::string> written = outputs.final_paths();
     outputs.rename_into_place();
     remove_shards_not_written(options.dest_dir, earlier, written);
+    if (!metadata.separate_vocabularies()) {
+      std::error_code no_source_model;
+      removed_source_model = fs::remove(source_model_path, no_source_model);
+    }
     if (const int signal_number = InterruptionsHeld::signal_received(); signal_number != 0) {
       std::cerr << "transformer_preprocess: " << strsignal(signal_number) << " came while the "
                 << "corpus was put in place: it is complete in " << options.dest_dir
@@ -1172,6 +1215,11 @@ void commit_outputs(const PreprocessOptions& options, const std::string& spm_mod
         << " an earlier run left in " << options.dest_dir << " (" << earlier.front()
         << (earlier.size() > 1 ? " ... " + earlier.back() : "")
         << "): this run writes its own" << std::endl;
+  }
+  if (removed_source_model) {
+    log << "removed the " << kSourceSpmModelFile << " an earlier run of separate vocabularies "
+        << "left in " << options.dest_dir << ": this run's one vocabulary is spm.model"
+        << std::endl;
   }
   if (replaces_a_model) {
     log << "replaced the spm.model an earlier run (or you) left in " << options.dest_dir
@@ -1189,10 +1237,18 @@ void log_summary(const PreprocessOptions& options, const PreprocessSummary& summ
     log << "note: the vocabulary has " << summary.vocab_size << " pieces, not --vocab-size "
         << options.vocab_size << ": the training text has no more to make" << std::endl;
   }
+  if (options.spm_model.empty() && summary.source_vocab_size > 0 &&
+      summary.source_vocab_size < options.source_vocab_size) {
+    log << "note: the source vocabulary has " << summary.source_vocab_size
+        << " pieces, not --source-vocab-size " << options.source_vocab_size
+        << ": the source text has no more to make" << std::endl;
+  }
   if (summary.spm_lines > 0) {
     const int64_t drawn = summary.spm_lines + summary.spm_lines_too_long;
     log << "SentencePiece trained on " << summary.spm_lines << " of " << summary.training_lines
-        << " training lines (both languages"
+        << " training lines ("
+        << (summary.source_vocab_size > 0 ? "a model for each language" : "both languages")
+        << ""
         << (drawn < summary.training_lines
                 ? ", a sample drawn with seed " + std::to_string(options.seed)
                 : std::string())
@@ -1204,9 +1260,15 @@ void log_summary(const PreprocessOptions& options, const PreprocessSummary& summ
   }
   log << describe("train", summary.train) << "\n" << describe("valid", summary.valid) << "\n";
   if (!options.test_prefix.empty()) log << describe("test", summary.test) << "\n";
+  const bool separate = summary.source_vocab_size > 0;
   log << "wrote " << options.shards << " train shard" << (options.shards > 1 ? "s" : "")
-      << ", valid" << (options.test_prefix.empty() ? "" : ", test") << " and spm.model to "
-      << options.dest_dir << ": vocabulary " << summary.vocab_size << ", "
+      << ", valid" << (options.test_prefix.empty() ? "" : ", test") << " and spm.model"
+      << (separate ? std::string(" (the target's), ") + kSourceSpmModelFile : std::string())
+      << " to " << options.dest_dir << ": "
+      << (separate ? "source vocabulary " + std::to_string(summary.source_vocab_size) +
+                         ", target vocabulary "
+                   : std::string("vocabulary "))
+      << summary.vocab_size << ", "
       << summary.train.kept + summary.valid.kept + summary.test.kept << " pairs (of "
       << summary.train.read + summary.valid.read + summary.test.read << " read) in "
       << summary.seconds << " s" << std::endl;
@@ -1222,7 +1284,14 @@ PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log
   // reading (minutes on WMT14's 4.5 million pairs).
   PreprocessSummary summary;
   ShardMetadata metadata;
-  sentencepiece::SentencePieceProcessor processor;
+  sentencepiece::SentencePieceProcessor processor, source_processor;
+  if (!options.source_spm_model_of_checkpoint.empty()) {
+    metadata.source_spm_model = options.source_spm_model_of_checkpoint;
+    load_sentencepiece_model(metadata.source_spm_model,
+                             options.spm_model + "'s source model", source_processor);
+    log << "note: --spm-model " << options.spm_model << ": separate vocabularies, the "
+        << "source's SentencePiece model stored in the checkpoint too" << std::endl;
+  }
   if (!options.spm_model.empty()) {
     // A checkpoint stores its run's model: given one (all a model's recipient may have,
     // who was told to preprocess with the checkpoint's model and had no .model file; a
@@ -1260,24 +1329,46 @@ PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log
   }
 
   if (metadata.spm_model.empty()) {
-    metadata.spm_model = train_sentencepiece_model(options, train, &summary);
+    const bool separate = options.source_vocab_size > 0;
+    if (separate) {
+      metadata.source_spm_model =
+          train_sentencepiece_model(options, train, &summary, TextSides::kSource);
+      load_sentencepiece_model(metadata.source_spm_model, "the trained source model",
+                               source_processor);
+    }
+    metadata.spm_model = train_sentencepiece_model(
+        options, train, &summary, separate ? TextSides::kTarget : TextSides::kBoth);
     load_sentencepiece_model(metadata.spm_model, "the trained model", processor);
   }
   const SentencePieceVocabulary vocabulary = vocabulary_of(processor);
   metadata.vocab_size = vocabulary.size;
   metadata.ids = vocabulary.ids;
+  if (!metadata.source_spm_model.empty()) {
+    const SentencePieceVocabulary source_vocabulary = vocabulary_of(source_processor);
+    // Both sides' batches are made with one pad, bos and eos.
+    if (source_vocabulary.ids != vocabulary.ids) {
+      THPC_FAIL("the source's SentencePiece model has the special ids pad/unk/bos/eos "
+                << special_ids_text(source_vocabulary.ids) << ", the target's "
+                << special_ids_text(vocabulary.ids) << ": both must have the same");
+    }
+    metadata.source_vocab_size = source_vocabulary.size;
+    metadata.format_version = kShardFormatVersion;
+    summary.source_vocab_size = metadata.source_vocab_size;
+  }
+  const sentencepiece::SentencePieceProcessor& source_side =
+      metadata.source_spm_model.empty() ? processor : source_processor;
   metadata.source_lang = options.source_lang;
   metadata.target_lang = options.target_lang;
 
   summary.vocab_size = metadata.vocab_size;
   PendingOutputs outputs;
-  preprocess_split(processor, "train", train, options, Filter::LengthAndRatio, options.shards,
-                   metadata, &summary.train, outputs, progress);
-  preprocess_split(processor, "valid", valid, options, Filter::LengthOnly, 1, metadata,
-                   &summary.valid, outputs, progress);
+  preprocess_split(source_side, processor, "train", train, options, Filter::LengthAndRatio,
+                   options.shards, metadata, &summary.train, outputs, progress);
+  preprocess_split(source_side, processor, "valid", valid, options, Filter::LengthOnly, 1,
+                   metadata, &summary.valid, outputs, progress);
   if (!options.test_prefix.empty()) {
-    preprocess_split(processor, "test", test, options, Filter::LengthOnly, 1, metadata,
-                     &summary.test, outputs, progress);
+    preprocess_split(source_side, processor, "test", test, options, Filter::LengthOnly, 1,
+                     metadata, &summary.test, outputs, progress);
   }
   // Both files named: either side may be the empty or the long one. A test shard of no
   // pairs was refused only where it is read (transformer_data_stats: "the corpus has no
@@ -1293,7 +1384,7 @@ PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log
   if (!options.test_prefix.empty() && summary.test.kept == 0) {
     refuse_a_split_without_pairs(test, "test", summary.test, options, Filter::LengthOnly);
   }
-  commit_outputs(options, metadata.spm_model, outputs, log);
+  commit_outputs(options, metadata, outputs, log);
   summary.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log_summary(options, summary, log);

@@ -24,6 +24,9 @@
 
 namespace thpc {
 
+// The source's SentencePiece model beside spm.model with separate vocabularies.
+inline constexpr const char* kSourceSpmModelFile = "spm.source.model";
+
 struct PreprocessOptions {
   std::string source_lang, target_lang;
   std::string train_prefix, valid_prefix, test_prefix;  // test optional ("")
@@ -33,6 +36,14 @@ struct PreprocessOptions {
   // When spm_model names a checkpoint: the model it stores, which the caller reads (a
   // checkpoint is a floor above the data's), used instead of the file's bytes.
   std::string spm_model_of_checkpoint;
+  // Separate vocabularies (fairseq's dictionaries apart, Marian's two --vocabs): > 0, a
+  // SentencePiece model of this many pieces trained on the source text alone, and
+  // vocab_size's on the target text alone; the shards are then of format 3 and the source
+  // model is written as DEST/spm.source.model beside spm.model (the target's). 0: one
+  // model over both languages (§5.1).
+  int source_vocab_size = 0;
+  // When spm_model names a checkpoint of separate vocabularies: its source model.
+  std::string source_spm_model_of_checkpoint;
   std::string model_type = "bpe";  // bpe | unigram
   // Comma-separated tokens never split nor merged with a neighbour: each becomes one
   // piece when it stands as a word (the parser's "(NP", ")", "XX"). Empty: none.
@@ -73,6 +84,7 @@ struct SplitCounts {
 struct PreprocessSummary {
   SplitCounts train, valid, test;
   int vocab_size = 0;
+  int source_vocab_size = 0;  // separate vocabularies: the source's; else 0
   // Lines of both languages of the training text, and how many SentencePiece was given
   // to train on (0 with --spm-model), and how many of its sample (every line where the
   // text is small) were left out as longer than it trains on (64 KiB).

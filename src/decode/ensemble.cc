@@ -163,14 +163,7 @@ DecodingCheckpoints read_decoding_checkpoints(const std::vector<std::string>& pa
     read.max_positions = std::min(read.max_positions, read.models.back().max_positions);
   }
   read.vocab_size = vocabulary_size(read.checkpoints.front(), paths.front());
-  // Separate vocabularies are trained and saved, not yet decoded (the source's model
-  // encodes the input: the decoding step of that work).
-  for (size_t m = 0; m < paths.size(); ++m) {
-    if (source_embedding_rows(read.checkpoints[m]) > 0) {
-      THPC_FAIL(paths[m] << ": a model of separate source and target vocabularies, which "
-                         << "this version trains but does not decode yet");
-    }
-  }
+  read.source_vocab_size = static_cast<int>(source_embedding_rows(read.checkpoints.front()));
   return read;
 }
 
@@ -192,8 +185,11 @@ std::vector<std::unique_ptr<Transformer>> DecodingCheckpoints::build_models(
     const SpecialIds& ids, Backend& backend) const {
   std::vector<std::unique_ptr<Transformer>> built;
   for (size_t m = 0; m < checkpoints.size(); ++m) {
-    built.push_back(std::make_unique<Transformer>(models[m], vocabulary_size(checkpoints[m], paths[m]),
-                                                  ids, backend, /*init_seed=*/std::nullopt,
+    const VocabularySizes sizes{
+        vocabulary_size(checkpoints[m], paths[m]),
+        static_cast<int>(source_embedding_rows(checkpoints[m]))};
+    built.push_back(std::make_unique<Transformer>(models[m], sizes, ids, backend,
+                                                  /*init_seed=*/std::nullopt,
                                                   Transformer::ModelUse::kInference));
     load_parameters(checkpoints[m], paths[m], *built.back());
   }
@@ -216,10 +212,27 @@ std::string ensemble_vocabulary_mismatch(const DecodingCheckpoints& members,
     const std::string& other_path = members.paths[i];
     const Checkpoint& other = members.checkpoints[i];
     const int other_size = vocabulary_size(other, other_path);
+    const int other_source_size = static_cast<int>(source_embedding_rows(other));
     std::ostringstream why;
     if (other_size != members.vocab_size) {
       why << first_path << " has a vocabulary of " << members.vocab_size << " tokens, "
           << other_path << " of " << other_size << vocabulary;
+    } else if (other_source_size != members.source_vocab_size) {
+      const auto said = [](int size) {
+        return size > 0 ? "a source vocabulary of " + std::to_string(size) + " tokens"
+                        : std::string("one vocabulary for both sides");
+      };
+      why << first_path << " has " << said(members.source_vocab_size) << ", " << other_path
+          << " " << said(other_source_size) << vocabulary;
+    } else if (first.source_spm_model != other.source_spm_model &&
+               !sentencepiece_vocabulary_difference(first.source_spm_model, first_path,
+                                                    other.source_spm_model, other_path)
+                    .empty()) {
+      why << first_path << " and " << other_path << " store different source SentencePiece "
+          << "models ("
+          << sentencepiece_vocabulary_difference(first.source_spm_model, first_path,
+                                                 other.source_spm_model, other_path)
+          << ")" << vocabulary;
     } else if (!first.spm_model.empty() && !other.spm_model.empty()) {
       const std::string difference = sentencepiece_vocabulary_difference(
           first.spm_model, first_path, other.spm_model, other_path);

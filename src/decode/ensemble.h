@@ -89,6 +89,9 @@ struct DecodingCheckpoints {
   // command line for all models.
   Config config;
   int vocab_size = 0;     // the first's (embed.weight's rows)
+  // Separate vocabularies: the first's source vocabulary (src_embed.weight's rows); 0 when
+  // one serves both sides.
+  int source_vocab_size = 0;
   int max_positions = 0;  // the smallest position table: it bounds sources and outputs
 
   // "model.max_positions = N", and in an ensemble whose members' tables differ, whose it
