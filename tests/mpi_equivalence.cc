@@ -12,12 +12,14 @@
 // * the ranks' batches hold different numbers of target tokens, so the test also checks
 //   that the loss is normalised by the global count, not each rank's own.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <set>
 #include <string>
 #include <thread>
@@ -27,6 +29,7 @@
 #include "config/config.h"
 #include "distributed/communicator.h"
 #include "distributed/mpi_sanitizer_options.h"
+#include "separate_vocabularies_shard.h"
 #include "train/trainer.h"
 
 namespace thpc {
@@ -139,6 +142,28 @@ TEST(DataParallel, TheEmbeddingSummedPerUseEqualsOneSumAtTheEnd) {
   const Communicator comm = Communicator::world();
   ASSERT_EQ(comm.size(), 2) << "run this test with mpirun -np 2";
   expect_per_use_to_equal_at_end(comm, {}, 1e-6);
+}
+
+// Separate vocabularies: the per-use rows are the target's lookups alone (the encoder's
+// own table is summed with the other gradients, at the end); the source's ids, up to 49
+// of a 50-row table, are no rows of the target's 30 (Transformer::sum_lookups_apart).
+// Hand-made shards of format 3, written by rank 0 into a directory both ranks read.
+TEST(DataParallel, TheEmbeddingSummedPerUseEqualsOneSumAtTheEndWithSeparateVocabularies) {
+  const Communicator comm = Communicator::world();
+  ASSERT_EQ(comm.size(), 2) << "run this test with mpirun -np 2";
+  const std::string dir = comm.broadcast_from_root(
+      (std::filesystem::temp_directory_path() /
+       ("thpc_mpi_separate_" + std::to_string(::getpid())))
+          .string());
+  if (comm.is_root()) {
+    std::filesystem::create_directories(dir);
+    write_separate_vocabularies_shard(dir + "/train.00000.h5");
+  }
+  comm.all_gather("written");  // both ranks read it after rank 0 wrote it
+  expect_per_use_to_equal_at_end(
+      comm, {"data.dir=" + dir, "train.valid_every=0", "train.max_epochs=0"}, 1e-6);
+  comm.all_gather("done");
+  if (comm.is_root()) std::filesystem::remove_all(dir);
 }
 
 // The losses of `steps` steps of `trainer`, as logged (the mean over the step's tokens).
