@@ -296,7 +296,8 @@ void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::os
     // are batches that cannot hold the data's longest pair (with the ranks of this dry
     // run: give it the job's -np).
     const std::string too_large =
-        thpc::training_does_not_fit(config, vocab, thpc::host_memory_bytes(), ranks);
+        thpc::training_does_not_fit(config, vocab, thpc::host_memory_bytes(), ranks,
+                                    source ? source->source_vocab_size() : 0);
     if (!too_large.empty()) throw thpc::AllRanksError(too_large, 2);
     if (source) {
       const std::string impossible =
@@ -339,8 +340,10 @@ void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::os
     if (!refusal.empty()) throw thpc::AllRanksError(refusal, 2);
   });
   thpc::ParamStore table;
-  thpc::add_transformer_parameters(config.model, vocab, table);
+  const int source_vocab = source ? source->source_vocab_size() : 0;
+  thpc::add_transformer_parameters(config.model, vocab, table, source_vocab);
   out << config.to_ini() << "\n# parameters: " << table.count() << " (vocabulary " << vocab
+      << (source_vocab > 0 ? ", source vocabulary " + std::to_string(source_vocab) : "")
       << ")\n";
   // The rate the schedule peaks at (fairseq's --lr is the peak: a user bringing one works
   // train.lr_scale out from the formula, and read nowhere what it gave).

@@ -1028,7 +1028,8 @@ TEST(Config, AnUnknownKeySaysTheKeyMostLikelyMeant) {
       // checkpoint.overwrite (which deletes another run's files), and a name Marian gives
       // a different meaning says how it differs.
       {"overwrite", "Marian's --overwrite (no model.iterN copies) is checkpoint.keep = 1 "
-                    "here; checkpoint.overwrite = true is another thing: it deletes"},
+                    "here (the newest two stay); checkpoint.overwrite = true is another "
+                    "thing: it deletes"},
       {"type", "the model is always the paper's encoder-decoder Transformer"},
       {"valid-freq", "here it is train.valid_every, in steps"},
       {"train.valid-freq", "here it is train.valid_every"},

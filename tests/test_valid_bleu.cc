@@ -207,10 +207,61 @@ TEST_F(ValidBleu, SeparateVocabulariesLogTheBleuOfTheDecodedCheckpoint) {
     EXPECT_FALSE(saved.source_spm_model.empty());
   }
   EXPECT_GT(nonzero, 0) << "every BLEU is 0: the comparison says little";
-  // --spm-model replaces a shared model: refused, as are the features that read the
-  // input's pieces as the target's.
+  // Its checkpoints, which store the source's model, resume (a full read refused the
+  // dataset as a later version's; a review's finding).
+  const ProcessResult resumed = run_process(
+      "cd " THPC_SOURCE_DIR " && " + kBuild + "transformer_hpc input/numbers.ini --data.dir=" +
+      data.string() + kValidBleu +
+      " --train.max_steps=60 --train.warmup_steps=30 --train.log_every=20"
+      " --train.valid_every=20 --checkpoint.every_steps=20 --checkpoint.resume=auto"
+      " --checkpoint.dir=" + dir.string());
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("valid step 60 |"), std::string::npos) << resumed.output;
+  EXPECT_EQ(resumed.output.find("valid step 20 |"), std::string::npos) << resumed.output;
+  // A parser's F1 searches trees over the sources' words read as target pieces: refused.
+  const ProcessResult trees = run_process(
+      "cd " THPC_SOURCE_DIR " && " + kBuild + "transformer_hpc input/numbers.ini --data.dir=" +
+      data.string() + " --train.valid_bleu=true --train.valid_metric=f1 --dry-run");
+  EXPECT_EQ(trees.exit_code, 2) << trees.output;
+  EXPECT_NE(trees.output.find("separate source and target vocabularies (transformer_preprocess "
+                              "--source-vocab-size), and train.valid_metric = f1"),
+            std::string::npos)
+      << trees.output;
+  // The dry run counts the source's table with the rest, as training does (a user's walk:
+  // it printed the count without it), and transformer_data_stats names both vocabularies.
+  const ProcessResult dry = run_process(
+      "cd " THPC_SOURCE_DIR " && " + kBuild + "transformer_hpc input/numbers.ini --data.dir=" +
+      data.string() + " --checkpoint.dir=" + (root_ / "dry").string() + " --dry-run");
+  ASSERT_EQ(dry.exit_code, 0) << dry.output;
+  std::smatch counted;
+  ASSERT_TRUE(std::regex_search(dry.output, counted,
+                                std::regex(R"(# parameters: (\d+) \(vocabulary 120, source )"
+                                           R"(vocabulary 90\))")))
+      << dry.output;
+  EXPECT_NE(run.output.find("training " + counted[1].str() + " parameters"), std::string::npos)
+      << run.output;
+  const ProcessResult stats = run_process(kBuild + "transformer_data_stats " + data.string());
+  EXPECT_NE(stats.output.find("pairs, source vocabulary 90, target vocabulary 120"),
+            std::string::npos)
+      << stats.output;
+  // Text of the other direction preprocessed with its models: refused (its source model
+  // would encode the other language).
+  const ProcessResult reversed = run_process(
+      kBuild + "transformer_preprocess --source-lang de --target-lang en --trainpref " +
+      (root_ / "text/train").string() + " --validpref " + (root_ / "text/valid").string() +
+      " --destdir " + (root_ / "reversed").string() + " --spm-model " +
+      checkpoint(40, "separate"));
+  EXPECT_EQ(reversed.exit_code, 2) << reversed.output;
+  EXPECT_NE(reversed.output.find("a model of separate vocabularies trained en->de, and this "
+                                 "text is de->en"),
+            std::string::npos)
+      << reversed.output;
+  // --spm-model replaces a shared model: refused (given either side's model), as are the
+  // features that read the input's pieces as the target's.
   for (const std::string& option :
-       {"--spm-model " + (data / "spm.model").string(), std::string("--tree-constraints")}) {
+       {"--spm-model " + (data / "spm.model").string(),
+        "--spm-model " + (data / "spm.source.model").string(),
+        std::string("--tree-constraints")}) {
     const ProcessResult refused = run_process(
         kBuild + "transformer_decode --checkpoint " + checkpoint(40, "separate") + " --input " +
         (root_ / "text/valid.en").string() + " " + option);

@@ -250,16 +250,19 @@ int run(const Arguments& args) {
   std::mt19937 rng(1);
   std::vector<thpc::Batch> batches;
   int vocab = args.vocab;
+  int source_vocab = 0;  // --program-batches of separate vocabularies: the source's
   if (args.program_batches) {
     const std::unique_ptr<thpc::BatchSource> source = thpc::make_training_source(config);
     vocab = thpc::resolve_vocab_size(config, *source);
+    source_vocab = source->source_vocab_size();
     for (int i = 0; i < args.warmup_steps + args.steps; ++i) {
       batches.push_back(source->next(args.tokens));
     }
   } else {
     for (int length : kLengths) batches.push_back(random_batch(length, args.tokens, vocab, rng));
   }
-  thpc::Transformer model(config.model, vocab, thpc::SpecialIds{}, ops, config.train.seed);
+  thpc::Transformer model(config.model, thpc::VocabularySizes{vocab, source_vocab},
+                          thpc::SpecialIds{}, ops, config.train.seed);
   model.set_loss_chunk_rows(config.train.loss_chunk_rows);  // --set train.loss_chunk_rows=N
   thpc::AdamSettings settings;
   settings.beta1 = config.train.adam_beta1;

@@ -125,7 +125,12 @@ int run(const Arguments& arguments) {
     return 100.0 * static_cast<double>(padded - real) / static_cast<double>(padded);
   };
   std::cout << std::fixed << std::setprecision(2) << dir << "/" << prefix << ": "
-            << reader.pairs() << " pairs, vocabulary " << reader.vocab_size() << "\n"
+            << reader.pairs() << " pairs, "
+            << (reader.source_vocab_size() > 0
+                    ? "source vocabulary " + std::to_string(reader.source_vocab_size()) +
+                          ", target vocabulary "
+                    : std::string("vocabulary "))
+            << reader.vocab_size() << "\n"
             // The digest a checkpoint and a run's metrics records name (corpus_sha256 for the
             // training shards, valid_sha256 for the validation ones): what tells a
             // reviewer that these are the shards a run read.

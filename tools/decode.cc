@@ -494,9 +494,9 @@ void load_sentencepiece_model(const Arguments& args, const thpc::DecodingCheckpo
 // With separate vocabularies (a model trained on transformer_preprocess
 // --source-vocab-size shards): the source's SentencePiece model, which encodes the input,
 // loaded from the first checkpoint into `source` (true); false with one vocabulary, whose
-// model encodes both sides. --spm-model replaces a shared model only, and the features
-// that read the input's pieces as the target's (--tree-constraints, --dump-attention) take
-// one vocabulary.
+// model encodes both sides. The features that read the input's pieces as the target's
+// (--tree-constraints, --dump-attention) take one vocabulary; so does --spm-model, which
+// replaces a shared model (refused before the target's model is loaded).
 bool load_source_sentencepiece_model(const Arguments& args,
                                      const thpc::DecodingCheckpoints& ensemble,
                                      const SentencePieceModel& target, SentencePieceModel& source) {
@@ -504,10 +504,6 @@ bool load_source_sentencepiece_model(const Arguments& args,
   const thpc::Checkpoint& checkpoint = ensemble.checkpoints.front();
   const std::string& path = ensemble.paths.front();
   const std::string separate = path + " has separate source and target vocabularies";
-  if (!args.spm_model.empty()) {
-    throw thpc::tools::UsageError("--spm-model replaces one shared vocabulary, and " + separate +
-                                  ", both stored in it: leave --spm-model out");
-  }
   if (args.tree_constraints || !args.dump_attention.empty()) {
     throw thpc::tools::UsageError(
         std::string(args.tree_constraints ? "--tree-constraints" : "--dump-attention") +
@@ -1650,6 +1646,14 @@ int run(const Arguments& args) {
   }
   const thpc::DecodeConfig& stored = ensemble.config.decode;
   SentencePieceModel spm, source_spm;
+  // (before --spm-model is compared with the stored target model: given the source's
+  // spm.source.model, that comparison said "2000 pieces against 3000" and nothing of the
+  // two vocabularies; a user's walk)
+  if (ensemble.source_vocab_size > 0 && !args.spm_model.empty()) {
+    throw thpc::tools::UsageError("--spm-model replaces one shared vocabulary, and " +
+                                  ensemble.paths.front() + " has separate source and target "
+                                  "vocabularies, both stored in it: leave --spm-model out");
+  }
   load_sentencepiece_model(args, ensemble, spm);
   const sentencepiece::SentencePieceProcessor& source_processor =
       load_source_sentencepiece_model(args, ensemble, spm, source_spm) ? source_spm.processor
@@ -2005,7 +2009,8 @@ int main(int argc, char** argv) {
          {"beam-size", "here it is --beam"},
          {"n", "the length penalty is --lenpen, GNMT's ((5+|Y|)/6)^alpha, not Marian's "
                "|Y|^alpha: neither ranks as the other"},
-         {"max-length", "here it is --max-len-a A --max-len-b B: at most A x input length + B"},
+         {"max-length", "inputs longer than the position table (model.max_positions) are "
+                        "cut, with a warning; the output's length is --max-len-a, --max-len-b"},
          {"max-length-factor", "here it is --max-len-a A --max-len-b B: at most A x input "
                                "length + B"},
          {"mini-batch", "here it is --batch-sentences"},
@@ -2022,8 +2027,10 @@ int main(int argc, char** argv) {
          {"n-best", "here it is --nbest N, hypotheses per sentence (<= --beam)"},
          {"i", "here it is --input"},
          {"o", "here it is --output"},
-         {"v", "here it is --spm-model (default: the one the checkpoint stores)"},
-         {"vocabs", "here it is --spm-model (default: the one the checkpoint stores)"},
+         {"v", "the checkpoint stores its SentencePiece models (both, with separate "
+               "vocabularies); --spm-model replaces a shared one"},
+         {"vocabs", "the checkpoint stores its SentencePiece models (both, with separate "
+                    "vocabularies); --spm-model replaces a shared one"},
          {"output-sampling", "here it is --sampling full, topk=K or topp=P"},
          {"sampling-topk", "here it is --sampling topk=K"},
          {"sampling-topp", "here it is --sampling topp=P"},

@@ -54,8 +54,9 @@ int main(int argc, char** argv) {
       "usage: transformer_preprocess --source-lang en --target-lang de --trainpref P "
       "--validpref P [--testpref P] --destdir DIR [options]\n\n"
       "Reads P.en / P.de (one sentence per line), trains a shared SentencePiece model on "
-      "the training text (or loads --spm-model), and writes DIR/train.NNNNN.h5, "
-      "DIR/valid.00000.h5, DIR/test.00000.h5 and DIR/spm.model. In a trainer config, "
+      "the training text (or with --source-vocab-size one for each language, or loads "
+      "--spm-model), and writes DIR/train.NNNNN.h5, DIR/valid.00000.h5, DIR/test.00000.h5 "
+      "and DIR/spm.model (and DIR/spm.source.model). In a trainer config, "
       "[data] dir = DIR is then all that is needed.\n\noptions");
   description.add_options()("help,h", "print this text and exit")(
       "version", "print the git commit the program was built from and exit")(
@@ -116,9 +117,12 @@ int main(int argc, char** argv) {
          {"nwordstgt", "here it is --vocab-size (the target's, with --source-vocab-size)"},
          {"joined-dictionary", "the default here: one SentencePiece model for both "
                                "languages (--vocab-size); --source-vocab-size N makes two"},
-         {"srcdict", "here it is --spm-model, one for both languages"},
-         {"tgtdict", "here it is --spm-model, one for both languages"},
-         {"vocabs", "here it is --spm-model, one for both languages"}});
+         {"srcdict", "here it is --spm-model: a .model shared by both languages, or a "
+                     "checkpoint, whose models (both, with separate vocabularies) are taken"},
+         {"tgtdict", "here it is --spm-model: a .model shared by both languages, or a "
+                     "checkpoint, whose models (both, with separate vocabularies) are taken"},
+         {"vocabs", "here it is --spm-model: a .model shared by both languages, or a "
+                    "checkpoint, whose models (both, with separate vocabularies) are taken"}});
     const po::variables_map given = thpc::tools::parse_options(description, count, values);
     command.help = given.count("help") > 0;
     if (!command.help) {
@@ -197,8 +201,20 @@ int main(int argc, char** argv) {
         const thpc::Checkpoint stored =
             thpc::read_checkpoint(given.options.spm_model, thpc::CheckpointParts::ParamsOnly);
         given.options.spm_model_of_checkpoint = stored.spm_model;
-        // Separate vocabularies: the source's model too.
+        // Separate vocabularies: the source's model too, which encodes the source side:
+        // the checkpoint's direction must be this text's (one vocabulary serves both,
+        // two do not; a review's finding).
         given.options.source_spm_model_of_checkpoint = stored.source_spm_model;
+        const std::string direction =
+            given.options.source_lang + "->" + given.options.target_lang;
+        if (!stored.source_spm_model.empty() && !stored.direction.empty() &&
+            stored.direction != direction) {
+          throw thpc::tools::UsageError(
+              "--spm-model " + given.options.spm_model + ": a model of separate "
+              "vocabularies trained " + stored.direction + ", and this text is " + direction +
+              ": its source model would encode the --source-lang side; give the checkpoint's "
+              "languages as --source-lang and --target-lang");
+        }
         if (given.options.spm_model_of_checkpoint.empty()) {
           THPC_FAIL("--spm-model " << given.options.spm_model << ": a checkpoint that stores "
                     << "no SentencePiece model (of a run on the synthetic task, or written "

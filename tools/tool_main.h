@@ -288,6 +288,9 @@ inline void refuse_other_toolkits_options(
     if (token.size() < 2 || token[0] != '-' || token == "--") continue;
     const size_t dashes = token[1] == '-' ? 2 : 1;
     const std::string name = token.substr(dashes, token.find('=') - dashes);
+    // A one-letter name is another toolkit's as -x; --x is Boost's to read (a prefix of a
+    // long name: --i for --input).
+    if (name.size() == 1 && dashes == 2) continue;
     const bool known = options.find_nothrow(name, false) != nullptr ||
                        (dashes == 1 && options.find_nothrow("-" + name, false) != nullptr);
     if (known) continue;

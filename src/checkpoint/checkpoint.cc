@@ -200,7 +200,8 @@ OnLineage where_on_lineage(const std::optional<BranchStart>& recorded, const std
 
 const std::vector<std::string>& checkpoint_root_members() {
   static const std::vector<std::string> names = {
-      "params", "adam", kSpmModelDataset, kBestValidGroup, kDivergenceDataset,
+      "params", "adam", kSpmModelDataset, kSourceSpmModelDataset, kBestValidGroup,
+      kDivergenceDataset,
       kValidationPendingDataset, kValidationGroup, kQuantizedGroup};
   return names;
 }

@@ -31,7 +31,7 @@ struct ModelConfig {
   float label_smoothing = 0.1f;    // eps_ls (§5.4)
   std::string positions = "sinusoidal";  // sinusoidal | learned (Table 3 row E)
   int max_positions = 1024;   // longest sequence the position table covers
-  int vocab_size = 0;         // shared source/target vocabulary; 0 = from the data
+  int vocab_size = 0;  // shared source/target vocabulary (else the target's); 0 = from the data
   bool attention_bias = false;  // biases on Q/K/V/O projections (the paper has none)
   float layernorm_eps = 1e-5f;
   // post | pre: where each sub-layer's layer norm sits. post (the paper, §3.1):

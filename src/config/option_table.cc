@@ -139,7 +139,8 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(model, max_positions, THPC_AT_LEAST(2),
                   "longest sequence the positions cover (a sentence and its bos or eos)"),
       THPC_OPTION(model, vocab_size, THPC_ZERO_OR_AT_LEAST(5),
-                  "shared source/target vocabulary, the 4 special ids (pad unk bos eos) "
+                  "shared source/target vocabulary (the target's when the shards have "
+                  "a source vocabulary of their own), the 4 special ids (pad unk bos eos) "
                   "included; 0 = from the data (§5.1)"),
       THPC_OPTION(model, attention_bias, THPC_ANY,
                   "biases on the Q/K/V/O projections (the paper has none)"),
@@ -736,7 +737,8 @@ constexpr OtherToolkitsName kOtherToolkitsNames[] = {
     {"model", "tied_embeddings", nullptr},
     // Marian's names (a Marian user's walk): the habits of `marian --task transformer-base`.
     {"checkpoint", "overwrite",
-     "Marian's --overwrite (no model.iterN copies) is checkpoint.keep = 1 here; "
+     "Marian's --overwrite (no model.iterN copies) is checkpoint.keep = 1 here (the newest "
+     "two stay); "
      "checkpoint.overwrite = true is another thing: it deletes another run's checkpoints "
      "and metrics in checkpoint.dir before a new run starts"},
     {"model", "type",
@@ -811,7 +813,7 @@ constexpr OtherToolkitsName kOtherToolkitsNames[] = {
      "the SentencePiece model is made by transformer_preprocess and stored in the shards "
      "(and each checkpoint)"},
     {"data", "max_length",
-     "training pairs are cut at preprocessing: transformer_preprocess --max-len"},
+     "longer training pairs are dropped at preprocessing: transformer_preprocess --max-len"},
 };
 
 // Whether `name` (valid_beam) holds `words` (beam) as one or more of its '_'-separated

@@ -408,8 +408,7 @@ class ShardFileReader {
     if (checksummed_) {
       if (!file_.has_attribute(dataset.get(), kChecksumAttribute)) {
         THPC_FAIL(path_ << ": dataset " << where << " has no " << kChecksumAttribute
-                        << " attribute (required by shard format " << kShardFormatVersion
-                        << ")");
+                        << " attribute (required by shard formats 2 and later)");
       }
       file_.verify_checksum(where, hdf5::values_sha256(values.data(), values.size()),
                             file_.bytes_attribute(dataset.get(), where, kChecksumAttribute));

@@ -33,7 +33,7 @@ std::string readable_bytes(long double bytes) {
 }  // namespace
 
 TrainingFootprint training_footprint(const ModelConfig& model, int vocab,
-                                     const TrainConfig& train, int ranks) {
+                                     const TrainConfig& train, int ranks, int source_vocab) {
   using Real = long double;
   const Real d = model.d_model, ff = model.d_ff, h = model.heads;
   const Real dk = model.head_dim_k(), dv = model.head_dim_v();
@@ -41,7 +41,7 @@ TrainingFootprint training_footprint(const ModelConfig& model, int vocab,
   const Real cross_attention = d * h * dk + d * h * (dk + dv) + h * dv * d;
   const Real feed_forward = 2 * d * ff;
   TrainingFootprint footprint;
-  footprint.parameters = Real(vocab) * d +
+  footprint.parameters = Real(vocab) * d + Real(source_vocab) * d +
                          (model.positions == "learned" ? Real(model.max_positions) * d : 0) +
                          Real(model.layers) * (self_attention + feed_forward) +
                          Real(model.layers) * (self_attention + cross_attention + feed_forward);
@@ -77,8 +77,9 @@ long double host_memory_bytes() {
 }
 
 std::string training_does_not_fit(const Config& config, int vocab, long double available_bytes,
-                                  int ranks) {
-  const TrainingFootprint footprint = training_footprint(config.model, vocab, config.train, ranks);
+                                  int ranks, int source_vocab) {
+  const TrainingFootprint footprint =
+      training_footprint(config.model, vocab, config.train, ranks, source_vocab);
   if (available_bytes <= 0 || footprint.bytes <= available_bytes) return "";
   const ModelConfig& m = config.model;
   char parameters[32];

@@ -42,8 +42,10 @@ struct TrainingFootprint {
 
 // The footprint of training `model` with a vocabulary of `vocab` on `train`'s backend,
 // on `ranks` ranks.
+// `source_vocab`: a separate source vocabulary's size (the encoder's own table), 0 with one.
 TrainingFootprint training_footprint(const ModelConfig& model, int vocab,
-                                     const TrainConfig& train, int ranks = 1);
+                                     const TrainConfig& train, int ranks = 1,
+                                     int source_vocab = 0);
 
 // Physical memory of this machine (sysconf), the most any rank's buffers can use.
 long double host_memory_bytes();
@@ -52,6 +54,6 @@ long double host_memory_bytes();
 // keys, what they need and what there is (a configuration error, exit 2; every rank
 // reaches it alike).
 std::string training_does_not_fit(const Config& config, int vocab, long double available_bytes,
-                                  int ranks = 1);
+                                  int ranks = 1, int source_vocab = 0);
 
 }  // namespace thpc

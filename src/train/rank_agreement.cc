@@ -18,6 +18,12 @@ void check_every_rank_reads_the_same_data(const Communicator& comm, const BatchS
   // or leave each other waiting at the end of an epoch.
   std::ostringstream identity;
   identity << source.vocab_size() << " pieces";
+  // Separate vocabularies: the source's too (the corpus digest covers the tokens alone).
+  if (const std::string* model = source.source_spm_model()) {
+    identity << ", a source vocabulary of " << source.source_vocab_size()
+             << " pieces (SentencePiece model sha256 "
+             << sha256_hex(model->data(), model->size()).substr(0, 12) << "...)";
+  }
   const SpecialIds ids = source.special_ids();
   identity << " (ids " << ids.pad << "/" << ids.unk << "/" << ids.bos << "/" << ids.eos;
   if (const std::string* model = source.spm_model()) {

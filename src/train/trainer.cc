@@ -174,7 +174,8 @@ Trainer::Trainer(const Config& config, Communicator comm)
   const int vocab = resolve_vocab_size(config_, *source_);
   // Checked in long double before any allocation: every rank alike, one message.
   const std::string too_large =
-      training_does_not_fit(config_, vocab, host_memory_bytes(), comm_.size());
+      training_does_not_fit(config_, vocab, host_memory_bytes(), comm_.size(),
+                            source_->source_vocab_size());
   if (!too_large.empty()) throw AllRanksError(too_large, 2);
   if (const std::string impossible =
           configuration_impossible(config_, *source_, comm_.size(), valid_source_.get());

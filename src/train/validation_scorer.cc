@@ -191,6 +191,16 @@ ValidationScorer::ValidationScorer(const Config& config, const Communicator& com
       }
     }
     ids_ = shard.metadata.ids;
+    // The trees' search reads the sources' words through the target's pieces: with a
+    // source vocabulary of its own its ids are other pieces (a review's finding; decoding
+    // refuses --tree-constraints alike).
+    if (trees && shard.metadata.separate_vocabularies()) {
+      throw ConfigurationError(
+          file + ": separate source and target vocabularies (transformer_preprocess "
+          "--source-vocab-size), and train.valid_metric = f1 searches trees over the "
+          "sources' words read as target pieces: preprocess a parser's corpus with one "
+          "vocabulary");
+    }
     if (trees && pieces_.empty()) {
       for (int id = 0; id < spm_->GetPieceSize(); ++id) pieces_.push_back(spm_->IdToPiece(id));
       refuse_unless_trees(config, [&] { TreeTokenFilter(pieces_, ids_, {}); });
