@@ -585,6 +585,23 @@ TEST_F(DataPipeline, SeparateVocabulariesEncodeEachSideWithItsOwnModel) {
     ASSERT_TRUE(target_model.Encode(en[pair], &with_target).ok());
     EXPECT_NE(TokenSequence(with_target.begin(), with_target.end()), source);
   }
+  // The two .model files given again (--spm-model TARGET --source-spm-model SOURCE): the
+  // same shards, byte for byte.
+  const fs::path given = root_ / "separate_given";
+  PreprocessOptions from_files = options(given);
+  from_files.shards = 1;
+  from_files.spm_model = (dest / "spm.model").string();
+  from_files.source_spm_model = (dest / "spm.source.model").string();
+  std::ostringstream from_files_log;
+  preprocess(from_files, from_files_log);
+  EXPECT_EQ(read_bytes((given / "train.00000.h5").string()),
+            read_bytes((dest / "train.00000.h5").string()));
+  EXPECT_EQ(read_bytes((given / "spm.source.model").string()),
+            read_bytes((dest / "spm.source.model").string()));
+  PreprocessOptions alone = options(root_ / "source_alone");
+  alone.source_spm_model = (dest / "spm.source.model").string();
+  expect_error([&] { preprocess(alone, from_files_log); },
+               {"--source-spm-model " + alone.source_spm_model + " goes with --spm-model FILE"});
   std::ostringstream again;
   preprocess(options(dest), again);
   EXPECT_FALSE(fs::exists(dest / "spm.source.model"));

@@ -79,6 +79,9 @@ int main(int argc, char** argv) {
       "spm-model", po::value(&options.spm_model),
       "use this SentencePiece .model, no training (a checkpoint: the model it stores, both "
       "of separate vocabularies)")(
+      "source-spm-model", po::value(&options.source_spm_model),
+      "with --spm-model FILE (then the target's): the source's SentencePiece .model, no "
+      "training, for separate vocabularies (an earlier run's spm.source.model)")(
       "model-type", po::value(&options.model_type)->default_value(options.model_type),
       "SentencePiece model: bpe | unigram")(
       "user-symbols", po::value(&options.user_symbols),
@@ -117,17 +120,18 @@ int main(int argc, char** argv) {
          {"nwordstgt", "here it is --vocab-size (the target's, with --source-vocab-size)"},
          {"joined-dictionary", "the default here: one SentencePiece model for both "
                                "languages (--vocab-size); --source-vocab-size N makes two"},
-         {"srcdict", "here it is --spm-model: a .model shared by both languages, or a "
-                     "checkpoint, whose models (both, with separate vocabularies) are taken"},
-         {"tgtdict", "here it is --spm-model: a .model shared by both languages, or a "
-                     "checkpoint, whose models (both, with separate vocabularies) are taken"},
+         {"srcdict", "here it is --source-spm-model (with --spm-model, the target's), or "
+                     "--spm-model alone: a .model shared by both languages, or a checkpoint"},
+         {"tgtdict", "here it is --spm-model (the target's with --source-spm-model): a "
+                     ".model, or a checkpoint, whose models are taken"},
          {"vocabs", "here it is --spm-model: a .model shared by both languages, or a "
                     "checkpoint, whose models (both, with separate vocabularies) are taken"}});
     const po::variables_map given = thpc::tools::parse_options(description, count, values);
     command.help = given.count("help") > 0;
     if (!command.help) {
       thpc::tools::refuse_empty_values(
-          given, {"trainpref", "validpref", "testpref", "destdir", "spm-model"});
+          given, {"trainpref", "validpref", "testpref", "destdir", "spm-model",
+                  "source-spm-model"});
       options.seed = seed_of(command.seed);
       thpc::check_preprocess_options(options);
       // The model's own: given beside --spm-model, they changed nothing, without a word.
@@ -205,6 +209,12 @@ int main(int argc, char** argv) {
         // the checkpoint's direction must be this text's (one vocabulary serves both,
         // two do not; a review's finding).
         given.options.source_spm_model_of_checkpoint = stored.source_spm_model;
+        if (!given.options.source_spm_model.empty()) {
+          throw thpc::tools::UsageError(
+              "--source-spm-model " + given.options.source_spm_model + " goes with "
+              "--spm-model FILE, the target's .model; the checkpoint " +
+              given.options.spm_model + " given as --spm-model has its models");
+        }
         const std::string direction =
             given.options.source_lang + "->" + given.options.target_lang;
         if (!stored.source_spm_model.empty() && !stored.direction.empty() &&

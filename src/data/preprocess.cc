@@ -963,7 +963,8 @@ void check_destdir_holds_only_shards(const PreprocessOptions& options) {
 // path is spelt: a symbolic or hard link to a shard counts, as does --spm-model
 // DEST/spm.model.
 void check_inputs_survive(const PreprocessOptions& options) {
-  std::vector<std::pair<std::string, std::string>> inputs = {{"--spm-model", options.spm_model}};
+  std::vector<std::pair<std::string, std::string>> inputs = {
+      {"--spm-model", options.spm_model}, {"--source-spm-model", options.source_spm_model}};
   for (const auto& [option, prefix] : {std::pair{"--trainpref", options.train_prefix},
                                        std::pair{"--validpref", options.valid_prefix},
                                        std::pair{"--testpref", options.test_prefix}}) {
@@ -1118,7 +1119,15 @@ void check_preprocess_options(const PreprocessOptions& options) {
   if (options.source_vocab_size > 0 && !options.spm_model.empty()) {
     THPC_FAIL("--source-vocab-size trains a source model, --spm-model gives the models: "
               << "give one of them (a checkpoint of separate vocabularies given as "
-              << "--spm-model has both)");
+              << "--spm-model has both; two .model files are --spm-model TARGET "
+              << "--source-spm-model SOURCE)");
+  }
+  if (!options.source_spm_model.empty() &&
+      (options.spm_model.empty() || !options.spm_model_of_checkpoint.empty() ||
+       !options.source_spm_model_of_checkpoint.empty())) {
+    THPC_FAIL("--source-spm-model " << options.source_spm_model << " goes with --spm-model "
+              << "FILE, the target's .model (a checkpoint given as --spm-model has its "
+              << "models)");
   }
   // SentencePiece refuses an input_sentence_size of 1 to 100.
   if (options.spm_sentences < 0 || (options.spm_sentences > 0 && options.spm_sentences <= 100)) {
@@ -1291,6 +1300,10 @@ PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log
                              options.spm_model + "'s source model", source_processor);
     log << "note: --spm-model " << options.spm_model << ": separate vocabularies, the "
         << "source's SentencePiece model stored in the checkpoint too" << std::endl;
+  } else if (!options.source_spm_model.empty()) {
+    metadata.source_spm_model = read_input_file(options.source_spm_model, "--source-spm-model");
+    load_sentencepiece_model(metadata.source_spm_model, options.source_spm_model,
+                             source_processor);
   }
   if (!options.spm_model.empty()) {
     // A checkpoint stores its run's model: given one (all a model's recipient may have,

@@ -44,6 +44,10 @@ struct PreprocessOptions {
   int source_vocab_size = 0;
   // When spm_model names a checkpoint of separate vocabularies: its source model.
   std::string source_spm_model_of_checkpoint;
+  // Separate vocabularies from existing files: the source's SentencePiece .model, with
+  // spm_model the target's (DIR/spm.source.model and DIR/spm.model of a run of
+  // --source-vocab-size, or spm_train's). Empty: none.
+  std::string source_spm_model;
   std::string model_type = "bpe";  // bpe | unigram
   // Comma-separated tokens never split nor merged with a neighbour: each becomes one
   // piece when it stands as a word (the parser's "(NP", ")", "XX"). Empty: none.
