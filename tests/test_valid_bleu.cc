@@ -4,6 +4,7 @@
 // translating the checkpoint of that step with transformer_decode and scoring it with
 // transformer_score.
 #include <gtest/gtest.h>
+#include <sentencepiece_processor.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "data/shard_file.h"
 #include "data/shard_reader.h"
 #include "distributed/communicator.h"
+#include "hdf5_strings.h"
 #include "program.h"
 #include "train/validation_scorer.h"
 
@@ -256,8 +258,27 @@ TEST_F(ValidBleu, SeparateVocabulariesLogTheBleuOfTheDecodedCheckpoint) {
                                  "text is de->en"),
             std::string::npos)
       << reversed.output;
-  // --spm-model replaces a shared model: refused (given either side's model), as are the
-  // features that read the input's pieces as the target's.
+  // An attention dump names the source's pieces with the source's model (the first
+  // line's source ids, encoded with it), the target's with the target's.
+  const std::string dump = (root_ / "separate_attention.h5").string();
+  const ProcessResult dumped = run_process(
+      kBuild + "transformer_decode --greedy --checkpoint " + checkpoint(40, "separate") +
+      " --input " + (root_ / "text/valid.en").string() + " --dump-attention " + dump +
+      " --dump-lines 1 > /dev/null");
+  ASSERT_EQ(dumped.exit_code, 0) << dumped.output;
+  {
+    sentencepiece::SentencePieceProcessor source_model;
+    ASSERT_TRUE(source_model.Load((data / "spm.source.model").string()).ok());
+    std::vector<std::string> pieces;
+    ASSERT_TRUE(source_model.Encode(lines_of(read_file(root_ / "text/valid.en")).front(),
+                                    &pieces).ok());
+    pieces.push_back("</s>");
+    const File file(dump);
+    EXPECT_EQ(read_strings(file, "/line_1/source_tokens"), pieces);
+    EXPECT_EQ(read_strings(file, "/line_1/target_tokens").front(), "<s>");
+  }
+  // --spm-model replaces a shared model: refused (given either side's model), as is
+  // --tree-constraints, which reads the input's words through the target's pieces.
   for (const std::string& option :
        {"--spm-model " + (data / "spm.model").string(),
         "--spm-model " + (data / "spm.source.model").string(),

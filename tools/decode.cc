@@ -494,9 +494,9 @@ void load_sentencepiece_model(const Arguments& args, const thpc::DecodingCheckpo
 // With separate vocabularies (a model trained on transformer_preprocess
 // --source-vocab-size shards): the source's SentencePiece model, which encodes the input,
 // loaded from the first checkpoint into `source` (true); false with one vocabulary, whose
-// model encodes both sides. The features that read the input's pieces as the target's
-// (--tree-constraints, --dump-attention) take one vocabulary; so does --spm-model, which
-// replaces a shared model (refused before the target's model is loaded).
+// model encodes both sides. --tree-constraints, which reads the input's words through the
+// target's pieces, takes one vocabulary; so does --spm-model, which replaces a shared model
+// (refused before the target's model is loaded).
 bool load_source_sentencepiece_model(const Arguments& args,
                                      const thpc::DecodingCheckpoints& ensemble,
                                      const SentencePieceModel& target, SentencePieceModel& source) {
@@ -504,10 +504,10 @@ bool load_source_sentencepiece_model(const Arguments& args,
   const thpc::Checkpoint& checkpoint = ensemble.checkpoints.front();
   const std::string& path = ensemble.paths.front();
   const std::string separate = path + " has separate source and target vocabularies";
-  if (args.tree_constraints || !args.dump_attention.empty()) {
+  if (args.tree_constraints) {
     throw thpc::tools::UsageError(
-        std::string(args.tree_constraints ? "--tree-constraints" : "--dump-attention") +
-        " reads the input's pieces as the target's, and " + separate +
+        "--tree-constraints reads the input's words through the target's pieces, and " +
+        separate +
         ": give a model of one vocabulary (transformer_preprocess without --source-vocab-size)");
   }
   if (checkpoint.source_spm_model.empty()) {
@@ -1287,12 +1287,15 @@ void check_buffer_written(const Arguments& args, std::ostream& out) {
 // pieces (decode/attention_dump.h has the layout), naming the checkpoint they came from.
 void write_attention_file(const Arguments& args, const thpc::DecodingCheckpoints& ensemble,
                           const InputBuffer& input, Findings& found,
-                          const SentencePieceModel& spm, thpc::OutputClaim& claim) {
-  // (eos, which the dumps show, may be one of the ids after the model's pieces)
-  const auto pieces_of = [&](const thpc::TokenSequence& ids_of_pieces) {
+                          const SentencePieceModel& spm, const SentencePieceModel& source_spm,
+                          thpc::OutputClaim& claim) {
+  // (eos, which the dumps show, may be one of the ids after the model's pieces; the
+  // source's pieces are its own model's with separate vocabularies)
+  const auto pieces_of = [](const SentencePieceModel& model,
+                            const thpc::TokenSequence& ids_of_pieces) {
     std::vector<std::string> pieces;
     for (int32_t id : ids_of_pieces) {
-      pieces.push_back(thpc::piece_of(spm.processor, spm.vocabulary, id));
+      pieces.push_back(thpc::piece_of(model.processor, model.vocabulary, id));
     }
     return pieces;
   };
@@ -1300,8 +1303,8 @@ void write_attention_file(const Arguments& args, const thpc::DecodingCheckpoints
     dump.source_text = input.lines[dump.line - 1];
     dump.target_text =
         thpc::detokenize(spm.processor, input.hypotheses[dump.line - 1][0].tokens);
-    dump.source_tokens = pieces_of(dump.source_ids);
-    dump.target_tokens = pieces_of(dump.target_ids);
+    dump.source_tokens = pieces_of(source_spm, dump.source_ids);
+    dump.target_tokens = pieces_of(spm, dump.target_ids);
   }
   thpc::write_attention_dumps(args.dump_attention, found.dumps, ensemble.paths.front(), &claim);
 }
@@ -1655,9 +1658,11 @@ int run(const Arguments& args) {
                                   "vocabularies, both stored in it: leave --spm-model out");
   }
   load_sentencepiece_model(args, ensemble, spm);
-  const sentencepiece::SentencePieceProcessor& source_processor =
-      load_source_sentencepiece_model(args, ensemble, spm, source_spm) ? source_spm.processor
-                                                                        : spm.processor;
+  // With separate vocabularies the source's model encodes the input (and names its pieces
+  // in an attention dump); with one, the model of both sides.
+  const SentencePieceModel& source_model =
+      load_source_sentencepiece_model(args, ensemble, spm, source_spm) ? source_spm : spm;
+  const sentencepiece::SentencePieceProcessor& source_processor = source_model.processor;
   // A parser's vocabulary (its brackets whole pieces, transformer_preprocess --user-symbols)
   // decoded without --tree-constraints writes trees that delinearize must repair: test F1
   // 12.7 against 32.4 constrained, in a helper's walk, without a word.
@@ -1868,7 +1873,7 @@ int run(const Arguments& args) {
     }
   }
   if (!args.dump_attention.empty()) {
-    write_attention_file(args, ensemble, buffer, found, spm, *dump_claim);
+    write_attention_file(args, ensemble, buffer, found, spm, source_model, *dump_claim);
   }
   return 0;
 }
