@@ -36,13 +36,13 @@
 #include "common/still_working.h"
 #include "config/config.h"
 #include "config/option_table.h"
-#include "data/shard_file.h"
 #include "data/synthetic.h"
 #include "io/atomic_file.h"
 #include "backend/factory.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/checkpoint_params.h"
 #include "scoped_environment.h"
+#include "separate_vocabularies_shard.h"
 #include "train/stop_request.h"
 #include "train/trainer.h"
 #include "decode_oracles.h"
@@ -268,23 +268,7 @@ TEST_F(CheckpointTest, SeparateVocabulariesTrainSaveResumeAndAverage) {
   const auto corpus = [&](const std::string& name, int source_vocab) {
     const std::string dir = path(name);
     std::filesystem::create_directories(dir);
-    ShardContents contents;
-    contents.metadata.format_version = source_vocab > 0 ? kShardFormatVersion
-                                                        : kOneVocabularyShardFormatVersion;
-    contents.metadata.vocab_size = 30;
-    contents.metadata.source_vocab_size = source_vocab;
-    contents.metadata.source_lang = "xx";
-    contents.metadata.target_lang = "yy";
-    for (int pair = 0; pair < 64; ++pair) {
-      std::vector<int> source, target;
-      for (int token = 0; token < 3 + pair % 5; ++token) {
-        source.push_back(4 + (7 * pair + 3 * token) % ((source_vocab > 0 ? source_vocab : 30) - 4));
-        target.push_back(4 + (5 * pair + token) % 26);
-      }
-      contents.source.append(source);
-      contents.target.append(target);
-    }
-    write_shard(dir + "/train.00000.h5", contents);
+    write_separate_vocabularies_shard(dir + "/train.00000.h5", 64, source_vocab);
     return dir;
   };
   const std::string separate = corpus("separate_data", 50);
