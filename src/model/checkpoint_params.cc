@@ -10,11 +10,14 @@
 
 namespace thpc {
 
+std::string architecture_text(const Transformer& model) {
+  const VocabularySizes sizes = model.vocabularies();
+  return architecture_text(model.config(), sizes.target, sizes.source);
+}
+
 void check_architecture(const Checkpoint& checkpoint, const Transformer& model,
                         const std::string& source) {
-  const VocabularySizes sizes = model.vocabularies();
-  check_architecture(checkpoint, architecture_text(model.config(), sizes.target, sizes.source),
-                     source);
+  check_architecture(checkpoint, architecture_text(model), source);
 }
 
 void load_parameters(const std::string& path, Transformer& model) {

@@ -14,6 +14,10 @@
 
 namespace thpc {
 
+// The model's architecture_text(): its settings and vocabularies (the source's too, when
+// separate), what its checkpoints record and are checked against.
+std::string architecture_text(const Transformer& model);
+
 // Throws thpc::Error naming `source` when the checkpoint's architecture_text() is not
 // the model's: its parameters would not fit, or would mean something else.
 void check_architecture(const Checkpoint& checkpoint, const Transformer& model,

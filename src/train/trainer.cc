@@ -371,7 +371,7 @@ Checkpoint Trainer::snapshot_without_state() const {
   checkpoint.seed = config_.train.seed;
   checkpoint.world_size = comm_.size();
   checkpoint.data_position = source_->position();
-  checkpoint.architecture = architecture_text(config_.model, model_->vocab_size(), model_->vocabularies().source);
+  checkpoint.architecture = architecture_text(*model_);
   checkpoint.config_ini = config_.to_ini(provenance_);
   // The vocabulary travels with the parameters, so that decoding needs only the file.
   if (const std::string* model = source_->spm_model()) checkpoint.spm_model = *model;
@@ -401,9 +401,7 @@ Checkpoint Trainer::snapshot_without_state() const {
 
 void Trainer::restore(const Checkpoint& checkpoint, const std::string& source) {
   check_checkpoint_vocabulary(checkpoint, source, *source_, config_);
-  check_checkpoint_architecture(checkpoint, source,
-                                architecture_text(model_->config(), model_->vocab_size(),
-                                              model_->vocabularies().source));
+  check_checkpoint_architecture(checkpoint, source, architecture_text(*model_));
   check_checkpoint_resumes_this_run(checkpoint, source, config_);
   ParamStore& params = model_->params();
   scatter_named(checkpoint.params, params, *backend_, params.params(), "checkpoint " + source);
@@ -510,9 +508,7 @@ void Trainer::apply_start_options(std::ostream& log) {
       const Checkpoint init = read_init_checkpoint(options);
       check_checkpoint_vocabulary(init, options.init, *source_, config_);
       // (before load_parameters' own check: a mismatch is the configuration's, exit 2)
-      check_checkpoint_architecture(init, options.init,
-                                    architecture_text(model_->config(), model_->vocab_size(),
-                                              model_->vocabularies().source));
+      check_checkpoint_architecture(init, options.init, architecture_text(*model_));
       load_parameters(init, options.init, *model_);
       quantized = !init.quantized.empty();
       init_said = std::filesystem::absolute(options.init).lexically_normal().string() +
