@@ -5,7 +5,8 @@ transformer_decode --score-reference (bench/score_vs_ctranslate2.sh):
   ct2_score_batch.py --model DIR --source F --reference F --output F [--threads N]
                      [--inter-threads N] [--compute-type T] [--batch-tokens 4096]
 
-DIR is a tools/convert_to_ctranslate2.py model (its spm.model encodes both sides).
+DIR is a tools/convert_to_ctranslate2.py model (its spm.model encodes both sides, or the
+reference only where DIR/spm.source.model, of separate vocabularies, encodes the source).
 Writes one line per pair, log P(reference | source) summed over the reference's pieces
 and </s> (CTranslate2 appends both eos itself, as ours does), with six decimals as
 transformer_decode writes them, and prints `score_s=S pieces=P`: score_batch's own time,
@@ -14,6 +15,7 @@ model load and encoding excluded. --threads is intra_threads (one replica's thre
 them.
 """
 import argparse
+import os
 import time
 
 import ctranslate2
@@ -32,8 +34,11 @@ def main():
     parser.add_argument("--batch-tokens", type=int, default=4096)
     args = parser.parse_args()
     pieces = sentencepiece.SentencePieceProcessor(model_file=args.model + "/spm.model")
+    source_model = os.path.join(args.model, "spm.source.model")
+    source_pieces = (sentencepiece.SentencePieceProcessor(model_file=source_model)
+                     if os.path.exists(source_model) else pieces)
     with open(args.source, encoding="utf-8") as f:
-        sources = [pieces.encode(line.rstrip("\n"), out_type=str) for line in f]
+        sources = [source_pieces.encode(line.rstrip("\n"), out_type=str) for line in f]
     with open(args.reference, encoding="utf-8") as f:
         references = [pieces.encode(line.rstrip("\n"), out_type=str) for line in f]
     if len(sources) != len(references):

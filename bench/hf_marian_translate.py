@@ -43,8 +43,14 @@ PROGRAM = "hf_marian_translate.py"
 
 def marian_model(path, torch, transformers):
     """A MarianMTModel holding the checkpoint's weights; its max_positions and eps."""
-    arch, eps, params, spm_model = checkpoints.read_checkpoint(path)
+    arch, eps, params, spm_model, _ = checkpoints.read_checkpoint(path)
     checkpoints.check_parameters(arch, params)
+    if arch["source_vocab_size"] > 0:
+        # MarianConfig could take them (share_encoder_decoder_embeddings off), but this
+        # peer's driver encodes the input with one SentencePiece model.
+        raise checkpoints.ConversionError(
+            "a model of separate source and target vocabularies: this peer maps one "
+            "vocabulary only")
     d, h, layers = arch["d_model"], arch["heads"], arch["layers"]
     if arch["d_k"] * h != d:
         raise checkpoints.ConversionError(

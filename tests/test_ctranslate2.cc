@@ -8,7 +8,8 @@
 // the wrong norm after a sub-layer, the position table's layout, a missing sqrt(d_model))
 // changes the translations: random weights have no symmetry that hides one. Variants
 // cover what the converter maps differently: sinusoidal and learned positions, attention
-// biases, and d_k * h != d_model (CTranslate2's head_dim). Greedy translations must be
+// biases, d_k * h != d_model (CTranslate2's head_dim), and separate source and target
+// vocabularies (two tables, two SentencePiece models). Greedy translations must be
 // identical, line for line. Beam search with no length penalty ranks by the raw
 // log-probability on both sides, but CTranslate2 keeps only the finished hypotheses among
 // the first `beam` candidates of a step while ours keeps those ranked before the
@@ -56,13 +57,16 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int kVocab = 300;
+constexpr int kGermanVocab = 250;  // not kVocab: a table of the wrong side's size shows
 constexpr int kSentences = 20;
 const std::string kTools = std::string(THPC_SOURCE_DIR) + "/tools/";
 
 class CTranslate2Conversion : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (data_path("multi30k/train.en").empty()) return;  // every test skips in SetUp
+    if (data_path("multi30k/train.en").empty() || data_path("multi30k/train.de").empty()) {
+      return;  // every test skips in SetUp
+    }
     dir_ = fs::temp_directory_path() / ("thpc_ctranslate2_" + std::to_string(getpid()));
     fs::create_directories(dir_);
     // A SentencePiece model on Multi30k English (pad 0, unk 1, bos 2, eos 3), and the
@@ -75,6 +79,22 @@ class CTranslate2Conversion : public ::testing::Test {
         train_test_spm_model((dir_ / "sample.en").string(), (dir_ / "spm_marian").string(),
                              kVocab, "--unk_id=1 --eos_id=0 --bos_id=-1 --pad_id=-1");
     ASSERT_TRUE(marian_status.ok()) << marian_status.ToString();
+    // A German one of another size, the target's of a model of separate vocabularies
+    // (English in, German out, as transformer_preprocess --source-vocab-size makes them),
+    // and one spelling its unk otherwise, which CTranslate2's one unk_token cannot take.
+    {
+      std::ifstream corpus(data_path("multi30k/train.de"));
+      std::ofstream sample(dir_ / "sample.de");
+      std::string line;
+      for (int i = 0; i < 3000 && std::getline(corpus, line); ++i) sample << line << "\n";
+    }
+    for (const auto& [prefix, ids] :
+         {std::pair<std::string, std::string>{"spm_de", kProjectSpecialIds},
+          {"spm_de_unk", std::string(kProjectSpecialIds) + " --unk_piece=[UNK]"}}) {
+      const auto german = train_test_spm_model((dir_ / "sample.de").string(),
+                                               (dir_ / prefix).string(), kGermanVocab, ids);
+      ASSERT_TRUE(german.ok()) << german.ToString();
+    }
     std::ifstream test(data_path("multi30k/test_2016_flickr.en"));
     std::ofstream input(dir_ / "input.en");
     std::string line;
@@ -85,16 +105,20 @@ class CTranslate2Conversion : public ::testing::Test {
   }
   void SetUp() override {
     THPC_REQUIRE_DATA("multi30k/train.en");
+    THPC_REQUIRE_DATA("multi30k/train.de");
     THPC_REQUIRE_DATA("multi30k/test_2016_flickr.en");
   }
 
   // Writes NAME.h5: a model of input/tiny.ini shrunk and changed by `overrides`, every
   // parameter moved by 0.1 N(0, 1) from its initial value, with the SentencePiece model
   // SPM.model (its vocabulary and special ids). `recorded_too`: fields the architecture
-  // text holds beyond what this version writes (a later version's key).
+  // text holds beyond what this version writes (a later version's key). `source_spm`:
+  // a model of separate vocabularies, SOURCE_SPM.model the source's, SPM.model the
+  // target's.
   static fs::path write_model(const std::string& name, std::vector<std::string> overrides,
                               const std::string& recorded_too = "",
-                              const std::string& spm = "spm") {
+                              const std::string& spm = "spm",
+                              const std::string& source_spm = "") {
     for (const char* fixed : {"model.layers=2", "model.d_model=32", "model.d_ff=64",
                               "model.heads=4", "model.max_positions=48"}) {
       overrides.insert(overrides.begin(), fixed);
@@ -104,11 +128,18 @@ class CTranslate2Conversion : public ::testing::Test {
     sentencepiece::SentencePieceProcessor processor;
     EXPECT_TRUE(processor.Load((dir_ / (spm + ".model")).string()).ok());
     const SentencePieceVocabulary vocabulary = vocabulary_of(processor);
-    Transformer model(config.model, vocabulary.size, vocabulary.ids, *backend,
-                      /*init_seed=*/7);
+    int source_vocab = 0;
+    if (!source_spm.empty()) {
+      sentencepiece::SentencePieceProcessor source_processor;
+      EXPECT_TRUE(source_processor.Load((dir_ / (source_spm + ".model")).string()).ok());
+      source_vocab = vocabulary_of(source_processor).size;
+    }
+    Transformer model(config.model, VocabularySizes{vocabulary.size, source_vocab},
+                      vocabulary.ids, *backend, /*init_seed=*/7);
     Checkpoint checkpoint;
     checkpoint.seed = config.train.seed;
-    checkpoint.architecture = architecture_text(config.model, vocabulary.size) + recorded_too;
+    checkpoint.architecture =
+        architecture_text(config.model, vocabulary.size, source_vocab) + recorded_too;
     checkpoint.config_ini = config.to_ini();
     checkpoint.params = gather_named(model.params(), *backend, model.params().params());
     std::mt19937 generator(11);
@@ -117,6 +148,7 @@ class CTranslate2Conversion : public ::testing::Test {
       for (float& value : tensor.values) value += normal(generator);
     }
     checkpoint.spm_model = read_file(dir_ / (spm + ".model"));
+    if (!source_spm.empty()) checkpoint.source_spm_model = read_file(dir_ / (source_spm + ".model"));
     const fs::path path = dir_ / (name + ".h5");
     write_checkpoint(path.string(), checkpoint);
     return path;
@@ -183,17 +215,22 @@ TEST_F(CTranslate2Conversion, GreedyTranslationsAreIdenticalForEveryMapping) {
   const std::string python = interpreter_with("ctranslate2, sentencepiece, h5py, numpy",
                                               /*optional=*/true, why_not);
   if (python.empty()) GTEST_SKIP() << why_not;
-  const std::vector<std::tuple<std::string, std::vector<std::string>, std::string>> variants = {
-      {"sinusoidal", {}, "spm"},
-      {"learned", {"model.positions=learned"}, "spm"},
-      {"biases", {"model.attention_bias=true"}, "spm"},
-      {"head_width", {"model.d_k=16", "model.d_v=16"}, "spm"},  // 4 heads of 16 in 32
-      // The vocabulary's pad and bos after its pieces, as "<pad>" and "<s>".
-      {"marian_vocabulary", {}, "spm_marian"},
-  };
-  for (const auto& [name, overrides, spm] : variants) {
+  const std::vector<
+      std::tuple<std::string, std::vector<std::string>, std::string, std::string>>
+      variants = {
+          {"sinusoidal", {}, "spm", ""},
+          {"learned", {"model.positions=learned"}, "spm", ""},
+          {"biases", {"model.attention_bias=true"}, "spm", ""},
+          {"head_width", {"model.d_k=16", "model.d_v=16"}, "spm", ""},  // 4 heads of 16 in 32
+          // The vocabulary's pad and bos after its pieces, as "<pad>" and "<s>".
+          {"marian_vocabulary", {}, "spm_marian", ""},
+          // English pieces in (src_embed.weight), German pieces out (embed.weight).
+          {"separate_vocabularies", {}, "spm_de", "spm"},
+      };
+  for (const auto& [name, overrides, spm, source_spm] : variants) {
     std::string ours, theirs;
-    translate_both(write_model(name, overrides, "", spm), python, "--greedy", ours, theirs);
+    translate_both(write_model(name, overrides, "", spm, source_spm), python, "--greedy", ours,
+                   theirs);
     const std::vector<std::string> our_lines = lines_of(ours), their_lines = lines_of(theirs);
     ASSERT_EQ(our_lines.size(), static_cast<size_t>(kSentences)) << name;
     ASSERT_EQ(their_lines.size(), our_lines.size()) << name;
@@ -223,23 +260,27 @@ TEST_F(CTranslate2Conversion, BeamSearchWithoutLengthPenaltyFindsTheSameBest) {
   const std::string python = interpreter_with("ctranslate2, sentencepiece, h5py, numpy",
                                               /*optional=*/true, why_not);
   if (python.empty()) GTEST_SKIP() << why_not;
-  std::string ours, theirs;
-  translate_both(write_model("beam", {}), python, "--beam 4 --lenpen 0 --nbest 2", ours,
-                 theirs);
-  const auto our_best = best_of_each(ours), their_best = best_of_each(theirs);
-  ASSERT_EQ(our_best.size(), static_cast<size_t>(kSentences)) << ours;
-  ASSERT_EQ(their_best.size(), our_best.size()) << theirs;
-  int same = 0;
-  for (int i = 0; i < kSentences; ++i) {
-    if (our_best[i].first != their_best[i].first) continue;
-    ++same;
-    // Printed with 4 decimals: half a unit of the last place each, and fp32 sums of
-    // ~60 log-probabilities in a different order (~1e-5).
-    EXPECT_NEAR(our_best[i].second, their_best[i].second, 2e-4) << "line " << i + 1;
+  for (const bool separate : {false, true}) {
+    std::string ours, theirs;
+    translate_both(separate ? write_model("beam_separate", {}, "", "spm_de", "spm")
+                            : write_model("beam", {}),
+                   python, "--beam 4 --lenpen 0 --nbest 2", ours, theirs);
+    const auto our_best = best_of_each(ours), their_best = best_of_each(theirs);
+    ASSERT_EQ(our_best.size(), static_cast<size_t>(kSentences)) << ours;
+    ASSERT_EQ(their_best.size(), our_best.size()) << theirs;
+    int same = 0;
+    for (int i = 0; i < kSentences; ++i) {
+      if (our_best[i].first != their_best[i].first) continue;
+      ++same;
+      // Printed with 4 decimals: half a unit of the last place each, and fp32 sums of
+      // ~60 log-probabilities in a different order (~1e-5).
+      EXPECT_NEAR(our_best[i].second, their_best[i].second, 2e-4) << "line " << i + 1;
+    }
+    std::cout << same << " of " << kSentences << " best translations identical"
+              << (separate ? " (separate vocabularies)\n" : "\n");
+    // Measured: 20 of 20 with these models; a near-tie decided otherwise would show as 19.
+    EXPECT_GE(same, kSentences - 2) << "ours:\n" << ours << "CTranslate2:\n" << theirs;
   }
-  std::cout << same << " of " << kSentences << " best translations identical\n";
-  // Measured: 20 of 20 with this model; a near-tie decided otherwise would show as 19.
-  EXPECT_GE(same, kSentences - 2) << "ours:\n" << ours << "CTranslate2:\n" << theirs;
 }
 
 // bench/decode_vs_ctranslate2.sh's GPU comparison runs only in a GPU window, where a
@@ -379,8 +420,20 @@ TEST_F(CTranslate2Conversion, ConverterRefusesWhatItCannotConvertWithOneLine) {
   const fs::path widths = write_model("widths", {"model.d_k=8", "model.d_v=16"});
   const fs::path pre_norm = write_model("pre_norm", {"model.norm=pre"});
   const fs::path later = write_model("later", {}, " activation=gelu");
-  // Separate vocabularies are not mapped yet: refused by name, not as an unknown key.
-  const fs::path separate = write_model("separate", {}, " source_vocab_size=40");
+  // Separate vocabularies: without the source's SentencePiece model, with one of another
+  // size than the source's table, and with an unk spelt otherwise than the target's
+  // (CTranslate2's config has one unk_token).
+  const fs::path separate_unk = write_model("separate_unk", {}, "", "spm_de_unk", "spm");
+  const fs::path separate_without_model = dir_ / "separate_without_model.h5";
+  const fs::path separate_other_model = dir_ / "separate_other_model.h5";
+  {
+    Checkpoint checkpoint = read_checkpoint(
+        write_model("separate", {}, "", "spm_de", "spm").string(), CheckpointParts::ParamsOnly);
+    checkpoint.source_spm_model.clear();
+    write_checkpoint(separate_without_model.string(), checkpoint);
+    checkpoint.source_spm_model = read_file(dir_ / "spm_marian.model");
+    write_checkpoint(separate_other_model.string(), checkpoint);
+  }
   // A model of 300 ids storing a SentencePiece model of 300 pieces that lacks pad and bos
   // (302 ids): the count says the added ones.
   const fs::path other_vocabulary = dir_ / "other_vocabulary.h5";
@@ -418,9 +471,14 @@ TEST_F(CTranslate2Conversion, ConverterRefusesWhatItCannotConvertWithOneLine) {
       // would have been converted with ReLU; a helper's trial).
       {"--checkpoint " + later.string() + " --output_dir " + out.string(),
        " activation=gelu' records model.activation, which this converter does not map", 1},
-      {"--checkpoint " + separate.string() + " --output_dir " + out.string(),
-       "it holds a model of separate source and target vocabularies (transformer_preprocess "
-       "--source-vocab-size), which this converter does not map yet", 1},
+      {"--checkpoint " + separate_without_model.string() + " --output_dir " + out.string(),
+       "holds a model of separate vocabularies but no source_spm_model", 1},
+      {"--checkpoint " + separate_other_model.string() + " --output_dir " + out.string(),
+       "its source SentencePiece model has 300 pieces and 2 special ids after them, the model "
+       "a source vocabulary of 300", 1},
+      {"--checkpoint " + separate_unk.string() + " --output_dir " + out.string(),
+       "its source and target SentencePiece models spell unk as '<unk>' and '[UNK]': "
+       "CTranslate2's model names one of each for both vocabularies", 1},
       {"--checkpoint " + damaged.string() + " --output_dir " + out.string(),
        "bad checksum for the file", 1},
       {"--checkpoint " + other_vocabulary.string() + " --output_dir " + out.string(),

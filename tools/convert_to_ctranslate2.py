@@ -7,9 +7,13 @@ CTranslate2 decodes the same weights transformer_decode does.
 
 DIR gets CTranslate2's model.bin, config.json and shared_vocabulary.json, the
 checkpoint's SentencePiece model as spm.model, and thpc_model.json (the checkpoint's
-path, step and architecture: tools/translate_ctranslate2.py reads max_positions there). Translate with it as with any
-CTranslate2 model, the source as SentencePiece pieces (CTranslate2 appends </s> to the
-source itself, as transformer_decode does):
+path, step and architecture: tools/translate_ctranslate2.py reads max_positions there).
+A model of separate vocabularies (transformer_preprocess --source-vocab-size) gets
+source_vocabulary.json and target_vocabulary.json instead, the target's SentencePiece
+model as spm.model and the source's as spm.source.model, as transformer_preprocess names
+them. Translate with it as with any CTranslate2 model, the source as SentencePiece
+pieces (of spm.source.model where there is one; CTranslate2 appends </s> to the source
+itself, as transformer_decode does):
 
   import ctranslate2, sentencepiece
   sp = sentencepiece.SentencePieceProcessor(model_file="DIR/spm.model")
@@ -25,6 +29,8 @@ ctranslate2/specs/transformer_spec.py):
   embed.weight [V, d]              encoder and decoder embeddings and the output projection
                                    (one matrix, tied as in §3.4; CTranslate2 stores it once);
                                    both scale by sqrt(d_model) (scale_embeddings)
+  src_embed.weight [V_src, d]      with separate vocabularies, the encoder's embeddings
+                                   (embed.weight then the decoder's and the projection)
   positions                        position_encodings.encodings of both stacks: our
                                    sinusoid table (PE(pos, 2i) = sin, PE(pos, 2i+1) = cos,
                                    computed in double as kernels/positions.cc does, then
@@ -44,7 +50,9 @@ The vocabulary is the SentencePiece model's pieces in id order, then the special
 lacks (<pad>, <s>, </s>: a model of spm_train's defaults has no pad), as
 src/data/sentencepiece_vocabulary.h adds them; its unk, bos and eos pieces give
 CTranslate2's unk_token, bos_token (= decoder_start_token: our decoder starts from bos)
-and eos_token; add_source_eos makes CTranslate2's source what src/data/batch.cc
+and eos_token (one of each for both vocabularies in CTranslate2's config: with separate
+vocabularies the source's must be spelt as the target's, as transformer_preprocess's
+are); add_source_eos makes CTranslate2's source what src/data/batch.cc
 make_batch builds, the pieces then eos, no bos.
 
 What CTranslate2 cannot represent is refused with one line (exit 1): d_k != d_v (it has
@@ -137,12 +145,7 @@ def parse_architecture(text):
     # what the parameters compute in a way nothing below maps: refused rather than
     # converted as if it were absent (a helper's trial: a model.activation = gelu model
     # would have been converted with ReLU).
-    unknown = sorted(set(fields) - set(needed) - {"norm"})
-    if "source_vocab_size" in unknown:
-        raise ConversionError("it holds a model of separate source and target vocabularies "
-                              "(transformer_preprocess --source-vocab-size), which this "
-                              "converter does not map yet (CTranslate2's spec with "
-                              "shared_embeddings off and two vocabularies)")
+    unknown = sorted(set(fields) - set(needed) - {"norm", "source_vocab_size"})
     if unknown:
         raise ConversionError(f"its architecture '{text}' records "
                               f"{', '.join('model.' + key for key in unknown)}, which this "
@@ -150,6 +153,9 @@ def parse_architecture(text):
     for key in needed:
         if key not in ("positions", "attention_bias"):
             fields[key] = int(fields[key])
+    # Recorded only with separate vocabularies (architecture_text); 0: the target's serves
+    # the source too.
+    fields["source_vocab_size"] = int(fields.get("source_vocab_size", 0))
     fields["attention_bias"] = fields["attention_bias"] == "true"
     # Written before model.norm existed: the paper's post-norm.
     if fields.get("norm", "post") != "post":
@@ -219,11 +225,14 @@ def read_checkpoint(path):
             params = {name: np.asarray(dataset[()], dtype=np.float32)
                       for name, dataset in file["params"].items()}
             spm_model = file["spm_model"][()].tobytes() if "spm_model" in file else None
+            # With separate vocabularies the source's (Checkpoint::source_spm_model).
+            source_spm_model = (file["source_spm_model"][()].tobytes()
+                                if "source_spm_model" in file else None)
             step = int(attrs.get("step", -1))
     except OSError as error:
         raise ConversionError(f"cannot be read by HDF5: {error}") from None
     architecture["step"] = step
-    return architecture, eps, params, spm_model
+    return architecture, eps, params, spm_model, source_spm_model
 
 
 def expected_shapes(arch):
@@ -231,6 +240,8 @@ def expected_shapes(arch):
     d, d_ff, h = arch["d_model"], arch["d_ff"], arch["heads"]
     dk, dv, vocab = arch["d_k"], arch["d_v"], arch["vocab_size"]
     shapes = {"embed.weight": (vocab, d)}
+    if arch["source_vocab_size"] > 0:
+        shapes["src_embed.weight"] = (arch["source_vocab_size"], d)
     if arch["positions"] == "learned":
         shapes["embed.positions"] = (arch["max_positions"], d)
 
@@ -286,8 +297,9 @@ def check_parameters(arch, params):
                               "CTranslate2's attention has one head width")
 
 
-def vocabulary(spm_model, vocab_size):
-    """The pieces in id order, then the specials the model lacks, and the special tokens."""
+def vocabulary(spm_model, vocab_size, side=""):
+    """The pieces in id order, then the specials the model lacks, and the special tokens.
+    `side`: "source " for the source's model of separate vocabularies, in the messages."""
     try:
         import sentencepiece
     except ImportError as missing:
@@ -297,7 +309,8 @@ def vocabulary(spm_model, vocab_size):
     try:
         processor.LoadFromSerializedProto(spm_model)
     except RuntimeError as error:
-        raise ConversionError(f"its SentencePiece model cannot be loaded: {error}") from None
+        raise ConversionError(f"its {side}SentencePiece model cannot be loaded: "
+                              f"{error}") from None
     pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
     own = len(pieces)
     # The ids the model was trained with: a special the SentencePiece model lacks takes
@@ -311,15 +324,16 @@ def vocabulary(spm_model, vocab_size):
             pieces.append(token)
     if len(pieces) != vocab_size:
         added = len(pieces) - own
-        raise ConversionError(f"its SentencePiece model has {own} pieces"
+        raise ConversionError(f"its {side}SentencePiece model has {own} pieces"
                               + (f" and {added} special ids after them" if added else "")
-                              + f", the model a vocabulary of {vocab_size}")
+                              + f", the model a {side}vocabulary of {vocab_size}")
     if len(set(pieces)) != len(pieces):
-        raise ConversionError("its SentencePiece model has a piece twice")
+        raise ConversionError(f"its {side}SentencePiece model has a piece twice")
     return pieces, {name: pieces[i] for name, i in ids.items() if name != "pad"}
 
 
-def build_spec(arch, eps, params, pieces, special):
+def build_spec(arch, eps, params, pieces, special, source_pieces=None):
+    """`source_pieces`: the source's vocabulary when separate (None: `pieces` serve both)."""
     try:
         import ctranslate2
         from ctranslate2.specs import common_spec, transformer_spec
@@ -349,7 +363,7 @@ def build_spec(arch, eps, params, pieces, special):
     embedding = params["embed.weight"]
     positions = (params["embed.positions"] if arch["positions"] == "learned"
                  else sinusoid_table(arch["max_positions"], d))
-    encoder.embeddings[0].weight = embedding
+    encoder.embeddings[0].weight = params.get("src_embed.weight", embedding)
     decoder.embeddings.weight = embedding
     decoder.projection.weight = embedding  # logits = h E^T (§3.4), no bias
     encoder.position_encodings.encodings = positions
@@ -380,7 +394,7 @@ def build_spec(arch, eps, params, pieces, special):
     config.decoder_start_token = special["bos"]
     config.add_source_bos = False
     config.add_source_eos = True
-    spec.register_source_vocabulary(pieces)
+    spec.register_source_vocabulary(source_pieces or pieces)
     spec.register_target_vocabulary(pieces)
     return spec, ctranslate2.__version__
 
@@ -389,7 +403,7 @@ def build_spec(arch, eps, params, pieces, special):
 # ours): all --force may replace.
 MODEL_FILES = {"config.json", "model.bin", "shared_vocabulary.json", "shared_vocabulary.txt",
                "source_vocabulary.json", "source_vocabulary.txt", "target_vocabulary.json",
-               "target_vocabulary.txt", "spm.model", "thpc_model.json"}
+               "target_vocabulary.txt", "spm.model", "spm.source.model", "thpc_model.json"}
 
 
 def check_output_dir(checkpoint, output_dir, force):
@@ -418,15 +432,32 @@ def convert(checkpoint, output_dir, quantization=None, force=False):
     """Writes the CTranslate2 model; returns a one-line summary."""
     check_output_dir(checkpoint, output_dir, force)
     try:
-        arch, eps, params, spm_model = read_checkpoint(checkpoint)
+        arch, eps, params, spm_model, source_spm_model = read_checkpoint(checkpoint)
         check_parameters(arch, params)
         if spm_model is None:
             raise ConversionError("holds no SentencePiece model (its run had none): the "
                                   "CTranslate2 model needs the vocabulary's pieces")
         pieces, special = vocabulary(spm_model, arch["vocab_size"])
+        source_pieces = None
+        if arch["source_vocab_size"] > 0:
+            if source_spm_model is None:
+                raise ConversionError("holds a model of separate vocabularies but no "
+                                      "source_spm_model (its run had none): the CTranslate2 "
+                                      "model needs the source vocabulary's pieces")
+            source_pieces, source_special = vocabulary(source_spm_model,
+                                                       arch["source_vocab_size"], "source ")
+            # CTranslate2's config names one unk, bos and eos token for both vocabularies.
+            differing = [name for name in ("unk", "bos", "eos")
+                         if source_special[name] != special[name]]
+            if differing:
+                raise ConversionError(
+                    "its source and target SentencePiece models spell "
+                    + ", ".join(f"{name} as '{source_special[name]}' and '{special[name]}'"
+                                for name in differing)
+                    + ": CTranslate2's model names one of each for both vocabularies")
     except ConversionError as error:
         raise type(error)(f"checkpoint {checkpoint}: {error}") from None
-    spec, version = build_spec(arch, eps, params, pieces, special)
+    spec, version = build_spec(arch, eps, params, pieces, special, source_pieces)
     spec.validate()
     spec.optimize(quantization=quantization)  # aliases the three uses of embed.weight
     parent = os.path.dirname(os.path.abspath(output_dir))
@@ -440,12 +471,19 @@ def convert(checkpoint, output_dir, quantization=None, force=False):
         with open(os.path.join(staging, "spm.model.source"), "wb") as file:
             file.write(spm_model)
         spec.register_file(os.path.join(staging, "spm.model.source"), "spm.model")
+        if source_pieces is not None:
+            with open(os.path.join(staging, "spm.source.model.source"), "wb") as file:
+                file.write(source_spm_model)
+            spec.register_file(os.path.join(staging, "spm.source.model.source"),
+                               "spm.source.model")
         # What translate_ctranslate2.py needs beside CTranslate2's files (the position
         # table's length caps inputs and outputs as in transformer_decode), and provenance.
         with open(os.path.join(staging, "thpc_model.json.source"), "w", encoding="utf-8") as file:
             json.dump({"checkpoint": os.path.abspath(checkpoint), "step": arch["step"],
                        "architecture": arch["text"], "max_positions": arch["max_positions"],
-                       "layernorm_eps": eps}, file, indent=2, sort_keys=True)
+                       "layernorm_eps": eps,
+                       "source_vocab_size": arch["source_vocab_size"]},
+                      file, indent=2, sort_keys=True)
             file.write("\n")
         spec.register_file(os.path.join(staging, "thpc_model.json.source"), "thpc_model.json")
         written = os.path.join(staging, "model")
@@ -458,7 +496,9 @@ def convert(checkpoint, output_dir, quantization=None, force=False):
         shutil.rmtree(staging, ignore_errors=True)
     return (f"wrote {output_dir}: CTranslate2 {version} TransformerSpec, {arch['layers']} + "
             f"{arch['layers']} layers, d_model {arch['d_model']}, {arch['heads']} heads, "
-            f"vocabulary {arch['vocab_size']}, {arch['positions']} positions "
+            f"vocabulary {arch['vocab_size']}"
+            + (f" (source {arch['source_vocab_size']})" if arch["source_vocab_size"] else "")
+            + f", {arch['positions']} positions "
             f"({arch['max_positions']}), layer-norm eps {eps:g}, weights "
             f"{quantization or 'float32'}")
 

@@ -9,7 +9,9 @@ transformer_decode's search settings, so that both decode the same weights the s
       [--compute-type TYPE] [--stats]
 
 One output line per input line, in input order (an empty line gives an empty line), the
-SentencePiece model of DIR turning text into pieces and back. What each option sets:
+SentencePiece model of DIR turning text into pieces and back (a model of separate
+vocabularies: DIR/spm.source.model encodes the input, DIR/spm.model decodes the output,
+as transformer_decode uses the checkpoint's two). What each option sets:
   --beam, --greedy        beam_size (greedy: 1)
   --lenpen A              CTranslate2's length_penalty: a finished hypothesis of n tokens
                           (eos not counted) is ranked by log P / n^A. Not transformer_decode's
@@ -115,13 +117,15 @@ def one_line_text(spm, hypothesis):
     return spm.decode(hypothesis).translate({0x0A: " ", 0x0D: " ", 0x00: " "})
 
 
-def translate(args, program, tag, max_positions, spm, load, translate_group):
+def translate(args, program, tag, max_positions, spm, load, translate_group, source_spm=None):
     """The driver both translate_ctranslate2.py and bench/hf_marian_translate.py run:
     reads args.input, `load()`s the model (timed apart), hands each group of sentences
     with one length limit to `translate_group(model, pieces, limit)` (which returns a
     (hypotheses, scores) pair per sentence, hypotheses as piece or id lists, best first),
     writes the translations as transformer_decode does, and with --stats a last stderr
-    line `TAG: load_s=... translate_s=... sentences=... tokens=...`."""
+    line `TAG: load_s=... translate_s=... sentences=... tokens=...`. `spm` encodes the
+    input too unless `source_spm` is given (separate vocabularies)."""
+    source_spm = source_spm or spm
     try:
         source = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")
         lines = [line.rstrip("\n") for line in source]
@@ -157,7 +161,7 @@ def translate(args, program, tag, max_positions, spm, load, translate_group):
     longest = max_positions - 1
     pieces, groups = [], {}
     for number, line in enumerate(lines, 1):
-        tokens = spm.encode(line, out_type=str) if line.strip() else []
+        tokens = source_spm.encode(line, out_type=str) if line.strip() else []
         if len(tokens) > longest:
             sys.stderr.write(f"{program}: warning: line {number} has {len(tokens)} pieces, "
                              f"truncated to {longest} (model.max_positions = {max_positions})\n")
@@ -209,6 +213,13 @@ def main():
     spm = sentencepiece.SentencePieceProcessor()
     if not spm.Load(os.path.join(args.model, "spm.model")):
         fail(f"{args.model}/spm.model cannot be loaded")
+    # Written by the converter for a model of separate vocabularies only.
+    source_spm = None
+    source_model = os.path.join(args.model, "spm.source.model")
+    if os.path.exists(source_model):
+        source_spm = sentencepiece.SentencePieceProcessor()
+        if not source_spm.Load(source_model):
+            fail(f"{source_model} cannot be loaded")
 
     def load():
         try:
@@ -218,7 +229,7 @@ def main():
                                                 inter_threads=args.inter_threads)
             # The first translation sets up what a process does once (on a GPU the cuBLAS
             # handle and the memory pool): done here, it counts as loading.
-            translator.translate_batch([spm.encode("a", out_type=str)[:1] or ["a"]],
+            translator.translate_batch([(source_spm or spm).encode("a", out_type=str)[:1] or ["a"]],
                                        beam_size=args.beam, max_decoding_length=2)
             return translator
         except (RuntimeError, ValueError) as error:
@@ -233,7 +244,7 @@ def main():
             max_input_length=max_positions, return_scores=True)
         return [(result.hypotheses, result.scores) for result in found]
 
-    translate(args, PROGRAM, "ct2_stats", max_positions, spm, load, translate_group)
+    translate(args, PROGRAM, "ct2_stats", max_positions, spm, load, translate_group, source_spm)
     return 0
 
 
