@@ -657,7 +657,38 @@ TEST(Config, EveryRangeInTheHelpIsEnforced) {
 
 TEST_F(ConfigFiles, UnknownKeyNamesKeyAndFile) {
   const std::string path = write_ini("unknown_key.ini", "[model]\nlayers = 2\nfoo = 1\n");
-  expect_error([&] { load_config(path); }, {"unknown_key.ini", "unknown key 'model.foo'"});
+  expect_error([&] { load_config(path); }, {"unknown_key.ini:3: unknown key 'model.foo'"});
+}
+
+// Every unknown key of a file is said at once, each with its line and what was most likely
+// meant (a user with three typos learnt of one a run, and of no line); so are a command
+// line's unknown options; a checkpoint's stored configuration names no lines.
+TEST_F(ConfigFiles, EveryUnknownKeyIsSaidAtOnceWithItsLine) {
+  const std::string path =
+      write_ini("typos.ini",
+                "[model]\nlayers = 2\nd_modle = 64\n# a comment\n\n[train]\n"
+                "warmup_step = 10\n  foo = 1 # trailing\n[model]\nd_modle = 32\n");
+  expect_error(
+      [&] { load_config(path); },
+      {"typos.ini: 4 unknown keys: line 3 'model.d_modle' (did you mean model.d_model?); "
+       "line 7 'train.warmup_step' (did you mean train.warmup_steps?); line 8 'train.foo' "
+       "(transformer_hpc --help lists the keys of [train]); line 10 'model.d_modle' (did you "
+       "mean model.d_model?)"});
+  // A known key's value is not looked at before the unknown keys are said.
+  expect_error([&] { load_config_text("[model]\nlayerz = 2\nheads = x\nqq = 1\n", "stored"); },
+               {"stored: 2 unknown keys: 'model.layerz' (did you mean model.layers?); "
+                "'model.qq' (transformer_hpc --help lists the keys of [model])"});
+  expect_error([&] { load_config_text("[model]\nlayerz = 2\n", "stored"); },
+               {"stored: unknown key 'model.layerz' (did you mean model.layers?)"});
+  Config config;
+  expect_error(
+      [&] {
+        run_command_line({"transformer_hpc", kTinyIni, "--train.max_stepz=3", "--model.layers=2",
+                          "--foo=2"},
+                         config);
+      },
+      {"tiny.ini: 2 unknown command-line options: '--train.max_stepz=3' (did you mean "
+       "train.max_steps?); '--foo=2' (see --help)"});
 }
 
 TEST_F(ConfigFiles, UnknownSectionNamesKeyAndFile) {

@@ -18,10 +18,13 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 #include <type_traits>
@@ -82,10 +85,12 @@ std::string key_name(const po::error_with_option_name& error) {
 }
 
 // Rejects command-line tokens that name no option (collected rather than thrown by
-// Boost, so that the message can name the config file given on the same line), and a
-// key whose value is the next option: Boost takes `--model.layers --dry-run` as layers =
+// Boost, so that the message can name the config file given on the same line), all of
+// them in one message (a user with three typos learnt of one a run), and a key whose
+// value is the next option: Boost takes `--model.layers --dry-run` as layers =
 // "--dry-run". No value of the table starts with "--".
 void reject_unknown_options(const std::string& file_label, const po::parsed_options& parsed) {
+  std::vector<std::string> unknown;  // each: 'token' and what was most likely meant
   for (const po::option& option : parsed.options) {
     if (!option.unregistered && find_option(option.string_key) != nullptr &&
         !option.value.empty() && option.value.front().rfind("--", 0) == 0) {
@@ -105,11 +110,71 @@ void reject_unknown_options(const std::string& file_label, const po::parsed_opti
     }
     const bool names_a_key = option.string_key.find('.') != std::string::npos;
     const std::string meant = names_a_key ? "" : likely_meant_hint(option.string_key);
-    THPC_FAIL(file_label << ": unknown command-line option " << quoted(token)
-                         << (names_a_key       ? unknown_key_hint(option.string_key)
-                             : !meant.empty() ? meant
-                                              : std::string(" (see --help)")));
+    unknown.push_back(quoted(token) + (names_a_key       ? unknown_key_hint(option.string_key)
+                                       : !meant.empty() ? meant
+                                                        : std::string(" (see --help)")));
   }
+  if (unknown.size() == 1) {
+    THPC_FAIL(file_label << ": unknown command-line option " << unknown.front());
+  }
+  if (!unknown.empty()) {  // on one line, as every message a user can trigger
+    std::string listed;
+    for (const std::string& said : unknown) listed += (listed.empty() ? " " : "; ") + said;
+    THPC_FAIL(file_label << ": " << unknown.size() << " unknown command-line options:" << listed);
+  }
+}
+
+// The line numbers of each key of ini `text`, by the name Boost gives it (section.key, or
+// the key alone before any section), in the file's order.
+std::map<std::string, std::deque<int>> key_lines(const std::string& text) {
+  std::map<std::string, std::deque<int>> lines;
+  std::istringstream stream(text);
+  std::string section;
+  int number = 0;
+  for (std::string line; std::getline(stream, line);) {
+    ++number;
+    const std::string content = trim(line.substr(0, line.find('#')));
+    if (content.empty()) continue;
+    if (content.front() == '[' && content.back() == ']') {
+      section = trim(content.substr(1, content.size() - 2));
+      continue;
+    }
+    const size_t equals = content.find('=');
+    if (equals == std::string::npos) continue;
+    const std::string key = trim(content.substr(0, equals));
+    lines[section.empty() ? key : section + "." + key].push_back(number);
+  }
+  return lines;
+}
+
+// Refuses the keys of a config that name no option, all of them in one message, each
+// with the line it is on (`with_lines`: a user's file; a checkpoint's stored
+// configuration has no lines a user can open) and what was most likely meant.
+void reject_unknown_keys(const std::string& ini_path, const std::string& text,
+                         const std::vector<std::string>& unknown, bool with_lines) {
+  if (unknown.empty()) return;
+  std::map<std::string, std::deque<int>> lines = key_lines(text);
+  auto line_of = [&](const std::string& name) {  // 0: not said
+    std::deque<int>& at = lines[name];
+    if (!with_lines || at.empty()) return 0;
+    const int number = at.front();
+    at.pop_front();
+    return number;
+  };
+  if (unknown.size() == 1) {
+    const int line = line_of(unknown.front());
+    THPC_FAIL(ini_path << (line > 0 ? ":" + std::to_string(line) : std::string()) << ": unknown key "
+                       << quoted(unknown.front()) << unknown_key_hint(unknown.front()));
+  }
+  // On one line, as every message a user can trigger.
+  std::string listed;
+  for (const std::string& name : unknown) {
+    const int line = line_of(name);
+    listed += (listed.empty() ? " " : "; ") +
+              (line > 0 ? "line " + std::to_string(line) + " " : std::string()) + quoted(name) +
+              unknown_key_hint(name);
+  }
+  THPC_FAIL(ini_path << ": " << unknown.size() << " unknown keys:" << listed);
 }
 
 constexpr int kCommandLineStyle =
@@ -149,16 +214,26 @@ Config resolve(const std::string& ini_path, std::istream& stream, po::variables_
     if (find_option(name) != nullptr) from_command_line.insert(name);
   }
 
+  // Kept for the line numbers of unknown keys.
+  const std::string ini_text((std::istreambuf_iterator<char>(stream)),
+                             std::istreambuf_iterator<char>());
   try {
-    const bool allow_unregistered = false;
+    // Unknown keys collected, not thrown at the first, so that all are said at once.
+    const bool allow_unregistered = true;
+    std::istringstream lines(ini_text);
     const po::parsed_options parsed =
-        po::parse_config_file(stream, table_description(), allow_unregistered);
+        po::parse_config_file(lines, table_description(), allow_unregistered);
     if (require_keys && parsed.options.empty()) {
       THPC_FAIL(ini_path << ": holds no keys at all (an empty config would train the "
                          << "defaults, the base model; write at least one 'key = value' "
                          << "under a [section])");
     }
-    po::store(parsed, values);
+    std::vector<std::string> unknown;
+    for (const po::option& option : parsed.options) {
+      if (option.unregistered) unknown.push_back(option.string_key);
+    }
+    reject_unknown_keys(ini_path, ini_text, unknown, /*with_lines=*/require_keys);
+    po::store(parsed, values);  // (which skips unregistered options)
   } catch (const Error&) {
     throw;
   } catch (const po::unknown_option& error) {
