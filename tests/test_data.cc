@@ -2092,6 +2092,18 @@ TEST_F(DataPipeline, ValidationShardsOfAnotherVocabularyAreRefused) {
           "vocab_size " + vocab + ", pad/unk/bos/eos 0/1/3/2, SentencePiece model sha256 "
           "e3b0c44298fc...; train: vocab_size " + vocab + ", pad/unk/bos/eos 0/1/2/3, "
           "SentencePiece model sha256 e3b0c44298fc...");
+  // Validation shards of a source vocabulary of their own (format 3), the same ids.
+  refused("separate_valid_vocabulary", without_model,
+          [&](ShardContents& contents) {
+            without_model(contents);
+            contents.metadata.format_version = kShardFormatVersion;
+            contents.metadata.source_vocab_size = contents.metadata.vocab_size;
+          },
+          "vocab_size " + vocab + ", pad/unk/bos/eos 0/1/2/3, SentencePiece model sha256 "
+          "e3b0c44298fc..., a source vocabulary of its own: vocab_size " + vocab +
+          ", pad/unk/bos/eos 0/1/2/3, SentencePiece model sha256 e3b0c44298fc...; train: "
+          "vocab_size " + vocab + ", pad/unk/bos/eos 0/1/2/3, SentencePiece model sha256 "
+          "e3b0c44298fc...)");
 }
 
 TEST_F(DataPipeline, TokensMustBeInt32AndOffsetsInt64) {

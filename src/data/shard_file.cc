@@ -527,4 +527,9 @@ ShardContents read_shard_image(const std::string& name, std::string_view image) 
   return read_contents(reader);
 }
 
+bool same_vocabularies(const ShardMetadata& a, const ShardMetadata& b) {
+  return a.vocab_size == b.vocab_size && a.ids == b.ids && a.spm_model == b.spm_model &&
+         a.source_vocab_size == b.source_vocab_size && a.source_spm_model == b.source_spm_model;
+}
+
 }  // namespace thpc

@@ -78,6 +78,10 @@ struct ShardMetadata {
   int source_ids_limit() const { return separate_vocabularies() ? source_vocab_size : vocab_size; }
 };
 
+// Whether two metadata's vocabularies are one: sizes, special ids and models, the
+// source's too (the shards of a corpus, a shard read again, validation against training).
+bool same_vocabularies(const ShardMetadata& a, const ShardMetadata& b);
+
 // Where a shard stands in its split: shard `index` of `count`. transformer_preprocess
 // records it (since 2026-12-02) so that the reader can tell a set copied short: a missing
 // last shard left no gap in the numbering, and the run trained on the rest without a word.

@@ -243,12 +243,6 @@ void check_stored_sentencepiece_models(const std::string& path, const ShardMetad
   }
 }
 
-// Whether two shards' vocabularies are one: sizes, special ids and models, the source's too.
-bool same_vocabularies(const ShardMetadata& a, const ShardMetadata& b) {
-  return a.vocab_size == b.vocab_size && a.ids == b.ids && a.spm_model == b.spm_model &&
-         a.source_vocab_size == b.source_vocab_size && a.source_spm_model == b.source_spm_model;
-}
-
 // A shard read again (streamed, or at start-up after its summary) must be the one the
 // run opened: the plan (batches of its
 // pairs' lengths), the run's vocabulary and the corpus digest in its checkpoints are of

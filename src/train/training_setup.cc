@@ -77,33 +77,30 @@ void check_validation_vocabulary(const Config& config, const BatchSource& train,
                     valid_source.direction() + ", the " + config.data.train + " shards " +
                     train.direction() + ": preprocess both in one transformer_preprocess run");
   }
-  const SpecialIds train_ids = train.special_ids();
-  const std::string* train_source_model = train.source_spm_model();
-  if (valid.spm_model == *train.spm_model() && valid.vocab_size == train.vocab_size() &&
-      valid.ids == train_ids && valid.source_vocab_size == train.source_vocab_size() &&
-      valid.source_spm_model == (train_source_model ? *train_source_model : std::string())) {
-    return;
-  }
+  // The training source's vocabularies as a shard's metadata holds them.
+  ShardMetadata training;
+  training.vocab_size = train.vocab_size();
+  training.ids = train.special_ids();
+  training.spm_model = *train.spm_model();
+  training.source_vocab_size = train.source_vocab_size();
+  if (const std::string* model = train.source_spm_model()) training.source_spm_model = *model;
+  if (same_vocabularies(valid, training)) return;
   const auto vocabulary = [](int size, const SpecialIds& ids, const std::string& model) {
     return "vocab_size " + std::to_string(size) + ", pad/unk/bos/eos " + special_ids_text(ids) +
            ", SentencePiece model sha256 " + sha256_hex(model.data(), model.size()).substr(0, 12) +
            "...";
   };
-  std::ostringstream message;
-  const auto source_vocabulary = [&](int size, const std::string& model) {
-    return size > 0 ? ", a source vocabulary of its own: " + vocabulary(size, train_ids, model)
-                    : std::string();
+  const auto vocabularies = [&](const ShardMetadata& meta) {
+    return vocabulary(meta.vocab_size, meta.ids, meta.spm_model) +
+           (meta.separate_vocabularies()
+                ? ", a source vocabulary of its own: " +
+                      vocabulary(meta.source_vocab_size, meta.ids, meta.source_spm_model)
+                : std::string());
   };
-  message << config.data.dir << ": the " << config.data.valid << " shards have another "
-          << "vocabulary than the " << config.data.train << " shards (" << config.data.valid
-          << ": " << vocabulary(valid.vocab_size, valid.ids, valid.spm_model)
-          << source_vocabulary(valid.source_vocab_size, valid.source_spm_model) << "; "
-          << config.data.train << ": "
-          << vocabulary(train.vocab_size(), train_ids, *train.spm_model())
-          << source_vocabulary(train.source_vocab_size(),
-                               train_source_model ? *train_source_model : std::string())
-          << "): preprocess both in one transformer_preprocess run";
-  throw DataError(message.str());
+  throw DataError(config.data.dir + ": the " + config.data.valid + " shards have another " +
+                  "vocabulary than the " + config.data.train + " shards (" + config.data.valid +
+                  ": " + vocabularies(valid) + "; " + config.data.train + ": " +
+                  vocabularies(training) + "): preprocess both in one transformer_preprocess run");
 }
 
 std::string same_pairs_warning(const Config& config, const BatchSource& train,
