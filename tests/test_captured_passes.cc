@@ -7,10 +7,14 @@
 // freed, and a pass that cannot be captured runs uncaptured.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -18,6 +22,7 @@
 #include "common/error.h"
 #include "decode/beam_search.h"
 #include "decode/compute_type.h"
+#include "kernels/capture_free_lock.h"
 #include "kernels/capturing_backend.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/forwarding_backend.h"
@@ -727,6 +732,54 @@ TEST(CapturedDecodingSteps, Bf16RowsAreWidenedForTheirDownloadWithoutAFreeAStep)
   EXPECT_EQ(backend.frees, 0) << "a download freed memory: each would make the graphs stale";
   EXPECT_THROW(model_detail::download_as_f32(backend, rows, 7, got, nullptr), Error);
   backend.free(widened);
+}
+
+// Decoding workers that capture at once (worker_graphs): another thread's free, which on a
+// GPU synchronises the device and so would invalidate a capture under way, waits for the
+// capture's end (kernels/capture_free_lock.h); the capturing thread's own free does not
+// wait for itself (it would never return), nor does any free while no capture holds a
+// scope (one worker, the trainer).
+TEST(ConcurrentCaptures, AnotherThreadsFreeWaitsForTheCaptureAndItsOwnDoesNot) {
+  using namespace std::chrono_literals;
+  std::promise<void> opened, release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> own_free_done{false};
+  std::thread capturing([&] {
+    const ConcurrentCaptureScope scope(/*active=*/true);
+    EXPECT_TRUE(inside_concurrent_capture());
+    { const FreeGate own; }  // returns: the capturing thread's own free
+    own_free_done = true;
+    opened.set_value();
+    released.wait_for(10s);
+  });
+  opened.get_future().wait();
+  EXPECT_TRUE(own_free_done);
+  EXPECT_FALSE(inside_concurrent_capture());
+  std::atomic<bool> freed{false};
+  std::thread freeing([&] {
+    const FreeGate gate;
+    freed = true;
+  });
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(freed) << "a free ran while another thread's capture was under way";
+  release.set_value();
+  capturing.join();
+  freeing.join();
+  EXPECT_TRUE(freed);
+  // A scope not active holds nothing: a free elsewhere goes at once.
+  std::promise<void> inactive_opened, inactive_release;
+  std::shared_future<void> inactive_released = inactive_release.get_future().share();
+  std::thread not_concurrent([&] {
+    const ConcurrentCaptureScope scope(/*active=*/false);
+    EXPECT_FALSE(inside_concurrent_capture());
+    inactive_opened.set_value();
+    inactive_released.wait_for(10s);
+  });
+  inactive_opened.get_future().wait();
+  auto free_done = std::async(std::launch::async, [] { const FreeGate gate; });
+  EXPECT_EQ(free_done.wait_for(5s), std::future_status::ready);
+  inactive_release.set_value();
+  not_concurrent.join();
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 // The per-backend CUDA context: stream, cuBLAS/cuBLASLt handles, workspaces.
+#include "kernels/capture_free_lock.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -37,26 +38,36 @@ Context::~Context() {
   // Destructors must not throw: errors here (a dead device) are ignored.
   if (stream_) cudaStreamSynchronize(stream_);
   if (side_stream_) cudaStreamSynchronize(side_stream_);
-  if (side_lt_workspace_) cudaFree(side_lt_workspace_);
+  if (side_lt_workspace_) free_device_memory(side_lt_workspace_);
   if (join_event_) cudaEventDestroy(join_event_);
   if (fork_event_) cudaEventDestroy(fork_event_);
   if (side_stream_) cudaStreamDestroy(side_stream_);
-  if (pinned_) cudaFreeHost(pinned_);
+  if (pinned_) free_pinned_memory(pinned_);
   for (void* kept : kept_) {
-    if (kept) cudaFree(kept);
+    if (kept) free_device_memory(kept);
   }
-  if (scratch_) cudaFree(scratch_);
-  if (lt_workspace_) cudaFree(lt_workspace_);
+  if (scratch_) free_device_memory(scratch_);
+  if (lt_workspace_) free_device_memory(lt_workspace_);
   if (lt_) cublasLtDestroy(lt_);
   if (blas_) cublasDestroy(blas_);
   if (stream_) cudaStreamDestroy(stream_);
+}
+
+cudaError_t free_device_memory(void* pointer) {
+  const FreeGate gate;
+  return cudaFree(pointer);
+}
+
+cudaError_t free_pinned_memory(void* pointer) {
+  const FreeGate gate;
+  return cudaFreeHost(pointer);
 }
 
 void* Context::scratch(size_t bytes) {
   if (bytes > scratch_bytes_) {
     // Ops queued earlier may still read the old buffer; cudaFree waits for the device.
     if (scratch_) {
-      THPC_CUDA_CHECK(cudaFree(scratch_));
+      THPC_CUDA_CHECK(free_device_memory(scratch_));
       count_free(scratch_bytes_);
     }
     scratch_ = nullptr;
@@ -94,7 +105,7 @@ void* Context::kept_vector(size_t count, size_t element_bytes, size_t& to_fill) 
     return kept_[which];
   }
   if (kept_[which] != nullptr) {
-    THPC_CUDA_CHECK(cudaFree(kept_[which]));  // waits for the ops that read it
+    THPC_CUDA_CHECK(free_device_memory(kept_[which]));  // waits for the ops that read it
     count_free(kept_count_[which] * element_bytes);
   }
   kept_[which] = nullptr;
@@ -136,7 +147,7 @@ void Context::join_side_unchecked() noexcept {
 void* Context::pinned(size_t bytes) {
   if (bytes > pinned_bytes_) {
     THPC_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (pinned_) THPC_CUDA_CHECK(cudaFreeHost(pinned_));
+    if (pinned_) THPC_CUDA_CHECK(free_pinned_memory(pinned_));
     pinned_ = nullptr;
     THPC_CUDA_CHECK(cudaMallocHost(&pinned_, bytes));
     pinned_bytes_ = bytes;

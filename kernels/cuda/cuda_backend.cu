@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/capture_free_lock.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/twin_call.h"
@@ -130,7 +131,7 @@ class PinnedHostStaging final : public HostStaging {
     cudaEvent_t copied = nullptr;
     if (cudaEventCreateWithFlags(&copied, cudaEventDisableTiming) != cudaSuccess) {
       cudaGetLastError();
-      cudaFreeHost(host);
+      cuda::free_pinned_memory(host);
       return nullptr;
     }
     return std::unique_ptr<PinnedHostStaging>(
@@ -139,7 +140,7 @@ class PinnedHostStaging final : public HostStaging {
   ~PinnedHostStaging() override {  // no throw in a destructor
     cudaEventSynchronize(copied_);  // no DMA into freed memory
     cudaEventDestroy(copied_);
-    cudaFreeHost(host_);
+    cuda::free_pinned_memory(host_);
   }
   int64_t floats() const override { return floats_; }
   void queue_download(int64_t offset, Tensor src) override {
@@ -203,7 +204,7 @@ class CudaBackend final : public Backend {
       cudaEventSynchronize(staged_copy_done_);
       cudaEventDestroy(staged_copy_done_);
     }
-    if (staging_ != nullptr) cudaFreeHost(staging_);
+    if (staging_ != nullptr) cuda::free_pinned_memory(staging_);
   }
 
   std::string name() const override {
@@ -239,7 +240,7 @@ class CudaBackend final : public Backend {
     if (tensor.data) {
       // No throw: used on cleanup paths. A failure's error is cleared, or the next
       // launch's check on this thread would report it as that kernel's.
-      if (cudaFree(tensor.data) != cudaSuccess) cudaGetLastError();
+      if (cuda::free_device_memory(tensor.data) != cudaSuccess) cudaGetLastError();
       count_free(tensor.data);
     }
     tensor = Tensor{};
@@ -253,7 +254,7 @@ class CudaBackend final : public Backend {
   }
   void free_ids(int32_t*& ids) override {
     if (ids) {
-      if (cudaFree(ids) != cudaSuccess) cudaGetLastError();  // as free()'s
+      if (cuda::free_device_memory(ids) != cudaSuccess) cudaGetLastError();  // as free()'s
       count_free(ids);
     }
     ids = nullptr;
@@ -305,7 +306,7 @@ class CudaBackend final : public Backend {
       THPC_CUDA_CHECK(cudaEventSynchronize(staged_copy_done_));
     }
     if (staging_bytes_ < size) {
-      if (staging_ != nullptr) THPC_CUDA_CHECK(cudaFreeHost(staging_));
+      if (staging_ != nullptr) THPC_CUDA_CHECK(cuda::free_pinned_memory(staging_));
       staging_ = nullptr;
       staging_bytes_ = std::max(size, 2 * staging_bytes_);
       THPC_CUDA_CHECK(cudaMallocHost(&staging_, staging_bytes_));
@@ -339,7 +340,10 @@ class CudaBackend final : public Backend {
   // mode: an arena that grows inside the work may cudaMalloc (the block outlives the
   // graph's replays: only a free ends them). Anything that waits or frees inside the work
   // fails it (its CUDA error, or the count of frees moved): the capture is ended and
-  // dropped, and the caller queues the work uncaptured.
+  // dropped, and the caller queues the work uncaptured. With the candidate worker_graphs
+  // (several decoding workers capturing at once) the capture holds a
+  // ConcurrentCaptureScope, so that another worker's free, which synchronises the device,
+  // waits for its end instead of invalidating it (kernels/capture_free_lock.h).
   bool can_capture(CaptureUse use) const override {
     return context_.candidate_kernel(kStepGraphs) ||
            (use == CaptureUse::kDecodingStep && context_.captures_decoding_steps());
@@ -349,6 +353,7 @@ class CudaBackend final : public Backend {
       return nullptr;
     }
     const uint64_t frees_before = context_.frees();
+    const ConcurrentCaptureScope others_frees_wait(context_.candidate_kernel(kWorkerGraphs));
     THPC_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed));
     bool queued = true;
     try {

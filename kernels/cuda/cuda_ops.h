@@ -46,6 +46,13 @@ namespace thpc::cuda {
 // Bytes an element of a GEMM operand type takes: fp32 4, bf16 2 (the only two used).
 inline size_t gemm_type_bytes(cudaDataType_t type) { return type == CUDA_R_32F ? 4 : 2; }
 
+// cudaFree and cudaFreeHost behind a FreeGate (kernels/capture_free_lock.h): they wait
+// while another thread's capture that holds a ConcurrentCaptureScope is under way (the
+// candidate worker_graphs' decoding workers), since their device synchronisation would
+// invalidate it. Every free of the backends and their Contexts goes through them.
+cudaError_t free_device_memory(void* pointer);
+cudaError_t free_pinned_memory(void* pointer);
+
 // What a launcher may use besides its stream: the cuBLAS/cuBLASLt handles bound to the
 // stream, a fixed cuBLASLt workspace, and a scratch buffer that grows on demand. Ops run
 // one after another on `stream`, so an op may use the scratch freely during its own

@@ -189,8 +189,8 @@ template void int8_linear<bf16>(Context&, bf16*, const bf16*, const int8_t*, con
 }  // namespace cuda
 
 Int8CudaMatrix::~Int8CudaMatrix() {
-  if (values != nullptr) cudaFree(values);  // no throw in a destructor
-  if (scales != nullptr) cudaFree(scales);
+  if (values != nullptr) cuda::free_device_memory(values);  // no throw in a destructor
+  if (scales != nullptr) cuda::free_device_memory(scales);
   if (context != nullptr) context->count_free(bytes);
 }
 

@@ -1,0 +1,49 @@
+// Frees that wait for other threads' graph captures on the device.
+//
+// cudaFree and cudaFreeHost synchronise the device, and a synchronisation of a device
+// while any of its streams is being captured invalidates that capture (the CUDA
+// programming guide, "Prohibited and unhandled operations"; measured on NVIDIA GPUs: a
+// capture on one thread was invalidated by another thread's synchronisation of the same
+// device). Decoding workers that each capture their steps (the candidate worker_graphs,
+// kernels/ops.h) would then see each other's frees (a batch's state, id buffers, scratch
+// growth) end their captures, and run those steps uncaptured.
+//
+// So a capture that other threads may meet holds a ConcurrentCaptureScope from before
+// its cudaStreamBeginCapture to after its cudaStreamEndCapture, and every free of device
+// or pinned memory goes through a FreeGate, which waits until no other thread holds a
+// scope. On the capturing thread itself a free does not wait (it would wait for itself):
+// it ends that thread's own capture, which the backend already detects (Context::frees())
+// and answers by running the work uncaptured. Without any scope open (one worker, the
+// trainer) a gate never waits. Host code only: one lock for the process (one device per
+// process: a rank, or a decoding program's workers).
+#pragma once
+
+namespace thpc {
+
+class ConcurrentCaptureScope {
+ public:
+  // `active` false: nothing held (a capture no other thread's free can meet).
+  explicit ConcurrentCaptureScope(bool active);
+  ~ConcurrentCaptureScope();
+  ConcurrentCaptureScope(const ConcurrentCaptureScope&) = delete;
+  ConcurrentCaptureScope& operator=(const ConcurrentCaptureScope&) = delete;
+
+ private:
+  bool held_ = false;
+};
+
+class FreeGate {
+ public:
+  FreeGate();
+  ~FreeGate();
+  FreeGate(const FreeGate&) = delete;
+  FreeGate& operator=(const FreeGate&) = delete;
+
+ private:
+  bool exclusive_ = false;
+};
+
+// Whether this thread holds a ConcurrentCaptureScope (tests).
+bool inside_concurrent_capture();
+
+}  // namespace thpc
