@@ -81,15 +81,14 @@
 #      (issue 53: the captured decoding steps, now the default, against CTranslate2, and
 #      two workers with worker_graphs, each capturing its steps: ours_candidate_b32_w2 and
 #      the int8 profile's "device idle, all 2 workers", the host gaps' < 3%; when call 1
-#      says worker_graphs' twin failed, DECODE_CANDIDATE= instead. A review (2026-12-07)
-#      names the likely cause should that twin fail on its " 0 refused, ": another
-#      worker's cudaFree (id buffers, a batch's state, scratch growth) synchronises the
-#      device while a worker captures, which invalidates that capture (the CUDA guide's
-#      "prohibited and unhandled operations"); the translations stay right, run uncaptured.
-#      The mend it suggests: a per-device lock, captures holding it shared from
-#      cudaStreamBeginCapture to cudaStreamEndCapture, every cudaFree exclusively (not
-#      taken by the capturing thread itself, whose own frees already drop its capture).
-#      Also read CudaGemmSweep's max_relative_difference at 3,125 tokens: cuBLAS before
+#      says worker_graphs' twin failed, DECODE_CANDIDATE= instead. Since 2026-12-07 a
+#      worker_graphs capture holds a ConcurrentCaptureScope and every free of the CUDA
+#      backends waits for it (kernels/capture_free_lock.h: a review found another
+#      worker's cudaFree would synchronise the device mid-capture and invalidate it);
+#      should the twin still fail on its " 0 refused, ", some other call of another
+#      worker synchronises the device (a cudaFree outside the backends, a
+#      cudaDeviceSynchronize); should it hang, that lock (a free waiting on a capture that
+#      waits on the freeing thread). Also read CudaGemmSweep's max_relative_difference at 3,125 tokens: cuBLAS before
 #      13.4 Update 1 has a split-K fault on sm_90 (algorithm 66, a split count that does
 #      not divide k) that gives wrong products)
 # The standing plan (print_plan, `--dry-run`):
