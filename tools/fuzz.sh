@@ -7,8 +7,9 @@
 #   FUZZ_JOBS=1 bash tools/fuzz.sh all 60       # one target at a time (default: a core each)
 #
 # TARGET: config, shard, checkpoint, bleu_tokenize, ter, ptb_trees. Seeds: input/*.ini; a
-# shard pair preprocessed from a small numbers corpus and a 1-step checkpoint of a
-# shrunk input/tiny.ini with its quantized form, all made by the programs built here;
+# shard pair preprocessed from a small numbers corpus (and a shard of separate
+# vocabularies) and a 1-step checkpoint of a shrunk input/tiny.ini with its quantized
+# form (and one of separate vocabularies), all made by the programs built here;
 # the trees of the PTB .mrg files (one per seed) and Multi30k / sacreBLEU test lines from
 # $THPC_DATA when it is there (a few hand-written lines when not). Inputs are at most the
 # largest seed's size (4096 bytes at least). Inputs that found new coverage stay in
@@ -68,12 +69,32 @@ spm_train --input="$work/text/train.en,$work/text/train.de" --model_prefix="$wor
   --spm-model "$work/spm.model" --seed 1 > "$work/preprocess.log" 2>&1 ||
   { cat "$work/preprocess.log" >&2; exit 1; }
 cp "$work/data/train.00000.h5" "$work/data/valid.00000.h5" "$seeds/shard/"
+# And a shard of separate source and target vocabularies (format 3: the source's model
+# and its size among the attributes), the source's model trained on its side alone.
+spm_train --input="$work/text/train.en" --model_prefix="$work/spm.source" \
+  --vocab_size=40 --model_type=bpe --pad_id=0 --unk_id=1 --bos_id=2 --eos_id=3 \
+  --character_coverage=1.0 --hard_vocab_limit=false --normalization_rule_name=identity \
+  --num_threads=1 > "$work/spm_train.source.log" 2>&1 ||
+  { cat "$work/spm_train.source.log" >&2; exit 1; }
+"$build/transformer_preprocess" --source-lang en --target-lang de \
+  --trainpref "$work/text/train" --validpref "$work/text/valid" --destdir "$work/data_separate" \
+  --spm-model "$work/spm.model" --source-spm-model "$work/spm.source.model" --seed 1 \
+  > "$work/preprocess.separate.log" 2>&1 ||
+  { cat "$work/preprocess.separate.log" >&2; exit 1; }
+cp "$work/data_separate/train.00000.h5" "$seeds/shard/separate_vocabularies.h5"
 
 "$build/transformer_hpc" input/tiny.ini --model.layers=1 --model.d_model=8 --model.d_ff=16 \
   --model.heads=2 --train.max_steps=1 --checkpoint.every_steps=1 \
   --checkpoint.dir="$work/checkpoints" > "$work/train.log" 2>&1 ||
   { cat "$work/train.log" >&2; exit 1; }
 cp "$work/checkpoints/step_00000001.h5" "$seeds/checkpoint/"
+# One of separate vocabularies (src_embed.weight, /source_spm_model), trained on those shards.
+"$build/transformer_hpc" input/tiny.ini --model.layers=1 --model.d_model=8 --model.d_ff=16 \
+  --model.heads=2 --train.max_steps=1 --checkpoint.every_steps=1 \
+  --data.dir="$work/data_separate" --model.vocab_size=0 --train.tokens_per_step=64 \
+  --checkpoint.dir="$work/checkpoints_separate" > "$work/train.separate.log" 2>&1 ||
+  { cat "$work/train.separate.log" >&2; exit 1; }
+cp "$work/checkpoints_separate/step_00000001.h5" "$seeds/checkpoint/separate_vocabularies.h5"
 # And its quantized form (format version 2: int8 weight matrices in /quantized).
 "$build/transformer_quantize" --checkpoint "$work/checkpoints/step_00000001.h5" \
   --output "$seeds/checkpoint/quantized.h5" > "$work/quantize.log" 2>&1 ||
