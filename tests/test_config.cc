@@ -736,6 +736,23 @@ TEST_F(ConfigFiles, WrongTypesNameKeyAndFile) {
   }
 }
 
+// Every key's bad value is said at once, in the table's order, the command line's marked
+// (a user with two learnt of one a run); a constraint between keys is judged only once
+// every value reads.
+TEST_F(ConfigFiles, EveryBadValueIsSaidAtOnce) {
+  const std::string path = write_ini("bad_values.ini",
+                                     "[model]\nheads = abc\ndropout = high\n[train]\n"
+                                     "max_steps = ten\n");
+  expect_error([&] { load_config(path, {"train.seed=-1"}); },
+               {"bad_values.ini: 4 bad values: model.heads: 'abc' is not an integer; "
+                "model.dropout: 'high' is not a number; train.seed: '-1' is not a "
+                "non-negative integer (on the command line); train.max_steps: 'ten' is not "
+                "an integer"});
+  // One alone is said as before.
+  expect_error([&] { load_config(path, {"model.heads=4", "model.dropout=0.1"}); },
+               {"bad_values.ini: train.max_steps: 'ten' is not an integer"});
+}
+
 TEST_F(ConfigFiles, RepeatedKeyNamesKeyAndFile) {
   const std::string path = write_ini("repeated.ini", "[model]\nlayers = 2\nlayers = 3\n");
   expect_error([&] { load_config(path); }, {"repeated.ini", "model.layers", "more than once"});

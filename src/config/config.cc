@@ -252,6 +252,9 @@ Config resolve(const std::string& ini_path, std::istream& stream, po::variables_
   config.source_file = ini_path;
   config.command_line_keys = from_command_line;
   config.eval_checkpoint = eval_checkpoint;
+  // Each key's problem, "KEY: what" (all said at once, as the unknown keys are: a user
+  // with two bad values learnt of one a run); the file's name is said once before them.
+  std::vector<std::string> bad_values;
   for (const Option& option : option_table()) {
     const std::string name = option.name();
     const auto found = values.find(name);
@@ -265,20 +268,23 @@ Config resolve(const std::string& ini_path, std::istream& stream, po::variables_
     if (from_command_line.count(name) &&
         (text.find_first_of(std::string("#\n\r\0", 4)) != std::string::npos ||
          text.find(" ;") != std::string::npos || text.find("\t;") != std::string::npos)) {
-      THPC_FAIL(name << ": " << quoted(text) << " holds a '#', a ' ;', a line break or a NUL "
-                     << "byte, which an ini file cannot hold in a value ('#' starts a "
-                     << "comment): the configuration stored in every checkpoint would not "
-                     << "read back; give a value without them (on the command line)");
+      bad_values.push_back(name + ": " + quoted(text) +
+                           " holds a '#', a ' ;', a line break or a NUL byte, which an ini "
+                           "file cannot hold in a value ('#' starts a comment): the "
+                           "configuration stored in every checkpoint would not read back; "
+                           "give a value without them (on the command line)");
+      continue;
     }
     // No text key takes more than a path can hold (Linux's PATH_MAX): a longer value was
     // repeated whole by a later message (a checkpoint.dir of 100,000 bytes: a 200 KB line).
     constexpr size_t kLongestText = 4096;
     if (std::holds_alternative<std::string*>(option.field(config)) &&
         text.size() > kLongestText) {
-      THPC_FAIL(ini_path << ": " << name << ": " << quoted(text) << " is longer than any "
-                         << "value of a text key (" << kLongestText << " bytes, the longest "
-                         << "path)" << (from_command_line.count(name) ? " (on the command line)"
-                                                                       : ""));
+      bad_values.push_back(name + ": " + quoted(text) + " is longer than any value of a " +
+                           "text key (" + std::to_string(kLongestText) + " bytes, the longest " +
+                           "path)" + (from_command_line.count(name) ? " (on the command line)"
+                                                                     : ""));
+      continue;
     }
     std::string problem = std::visit(
         [&](auto* field) { return parse_value(text, field); }, option.field(config));
@@ -316,9 +322,15 @@ Config resolve(const std::string& ini_path, std::istream& stream, po::variables_
       problem = option.allowed.problem(option.field(config));
     }
     if (!problem.empty()) {
-      THPC_FAIL(ini_path << ": " << name << ": " << problem
-                         << (from_command_line.count(name) ? " (on the command line)" : ""));
+      bad_values.push_back(name + ": " + problem +
+                           (from_command_line.count(name) ? " (on the command line)" : ""));
     }
+  }
+  if (bad_values.size() == 1) THPC_FAIL(ini_path << ": " << bad_values.front());
+  if (!bad_values.empty()) {
+    std::string listed;
+    for (const std::string& said : bad_values) listed += (listed.empty() ? " " : "; ") + said;
+    THPC_FAIL(ini_path << ": " << bad_values.size() << " bad values:" << listed);
   }
   validate(config);
   return config;
