@@ -81,7 +81,9 @@ class CTranslate2Conversion : public ::testing::Test {
     ASSERT_TRUE(marian_status.ok()) << marian_status.ToString();
     // A German one of another size, the target's of a model of separate vocabularies
     // (English in, German out, as transformer_preprocess --source-vocab-size makes them),
-    // and one spelling its unk otherwise, which CTranslate2's one unk_token cannot take.
+    // and one spelling its unk otherwise, which CTranslate2's one unk_token cannot take;
+    // and an English one spelling its bos otherwise, which a source never holds (the
+    // converter refused it).
     {
       std::ifstream corpus(data_path("multi30k/train.de"));
       std::ofstream sample(dir_ / "sample.de");
@@ -95,6 +97,10 @@ class CTranslate2Conversion : public ::testing::Test {
                                                (dir_ / prefix).string(), kGermanVocab, ids);
       ASSERT_TRUE(german.ok()) << german.ToString();
     }
+    const auto bos = train_test_spm_model((dir_ / "sample.en").string(),
+                                          (dir_ / "spm_bos").string(), kVocab,
+                                          std::string(kProjectSpecialIds) + " --bos_piece=<BOS>");
+    ASSERT_TRUE(bos.ok()) << bos.ToString();
     std::ifstream test(data_path("multi30k/test_2016_flickr.en"));
     std::ofstream input(dir_ / "input.en");
     std::string line;
@@ -226,6 +232,7 @@ TEST_F(CTranslate2Conversion, GreedyTranslationsAreIdenticalForEveryMapping) {
           {"marian_vocabulary", {}, "spm_marian", ""},
           // English pieces in (src_embed.weight), German pieces out (embed.weight).
           {"separate_vocabularies", {}, "spm_de", "spm"},
+          {"separate_source_bos_spelt_otherwise", {}, "spm_de", "spm_bos"},
       };
   for (const auto& [name, overrides, spm, source_spm] : variants) {
     std::string ours, theirs;
@@ -407,7 +414,10 @@ TEST_F(CTranslate2Conversion, ATranslationsBytePiecesNeverBreakItsLine) {
 
 TEST_F(CTranslate2Conversion, ConverterRefusesWhatItCannotConvertWithOneLine) {
   std::string why_not;
-  const std::string python = interpreter_with("h5py, numpy", /*optional=*/false, why_not);
+  // (sentencepiece for the cases of the vocabularies' pieces and ids: tools/install_deps.sh
+  // installs it with the other two)
+  const std::string python =
+      interpreter_with("h5py, numpy, sentencepiece", /*optional=*/false, why_not);
   if (python.empty()) GTEST_SKIP() << why_not;
   const fs::path out = dir_ / "refused";
   auto convert = [&](const std::string& arguments) {
@@ -424,6 +434,10 @@ TEST_F(CTranslate2Conversion, ConverterRefusesWhatItCannotConvertWithOneLine) {
   // size than the source's table, and with an unk spelt otherwise than the target's
   // (CTranslate2's config has one unk_token).
   const fs::path separate_unk = write_model("separate_unk", {}, "", "spm_de_unk", "spm");
+  // (a source model of Marian's ids, eos 0 and pad and bos after its pieces: batches give
+  // both sides one set of ids, which transformer_decode checks and the converter did not)
+  const fs::path separate_other_ids =
+      write_model("separate_other_ids", {}, "", "spm_de", "spm_marian");
   const fs::path separate_without_model = dir_ / "separate_without_model.h5";
   const fs::path separate_other_model = dir_ / "separate_other_model.h5";
   {
@@ -476,6 +490,9 @@ TEST_F(CTranslate2Conversion, ConverterRefusesWhatItCannotConvertWithOneLine) {
       {"--checkpoint " + separate_other_model.string() + " --output_dir " + out.string(),
        "its source SentencePiece model has 300 pieces and 2 special ids after them, the model "
        "a source vocabulary of 300", 1},
+      {"--checkpoint " + separate_other_ids.string() + " --output_dir " + out.string(),
+       "its source SentencePiece model has the special ids pad/unk/bos/eos 300/1/301/0, the "
+       "target's 0/1/2/3: the file is damaged", 1},
       {"--checkpoint " + separate_unk.string() + " --output_dir " + out.string(),
        "its source and target SentencePiece models spell unk as '<unk>' and '[UNK]': "
        "CTranslate2's model names one of each for both vocabularies", 1},

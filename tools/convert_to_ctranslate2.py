@@ -17,8 +17,9 @@ itself, as transformer_decode does):
 
   import ctranslate2, sentencepiece
   sp = sentencepiece.SentencePieceProcessor(model_file="DIR/spm.model")
+  source_sp = sp  # separate vocabularies: SentencePieceProcessor(model_file="DIR/spm.source.model")
   translator = ctranslate2.Translator("DIR")
-  result = translator.translate_batch([sp.encode("A dog runs.", out_type=str)],
+  result = translator.translate_batch([source_sp.encode("A dog runs.", out_type=str)],
                                       beam_size=4, min_decoding_length=0)
   print(sp.decode(result[0].hypotheses[0]))
 
@@ -50,9 +51,10 @@ The vocabulary is the SentencePiece model's pieces in id order, then the special
 lacks (<pad>, <s>, </s>: a model of spm_train's defaults has no pad), as
 src/data/sentencepiece_vocabulary.h adds them; its unk, bos and eos pieces give
 CTranslate2's unk_token, bos_token (= decoder_start_token: our decoder starts from bos)
-and eos_token (one of each for both vocabularies in CTranslate2's config: with separate
-vocabularies the source's must be spelt as the target's, as transformer_preprocess's
-are); add_source_eos makes CTranslate2's source what src/data/batch.cc
+and eos_token (one unk and one eos for both vocabularies in CTranslate2's config, bos
+the target's alone: with separate vocabularies the source's unk and eos must be spelt as
+the target's, and its special ids must be the target's, as transformer_preprocess makes
+them); add_source_eos makes CTranslate2's source what src/data/batch.cc
 make_batch builds, the pieces then eos, no bos.
 
 What CTranslate2 cannot represent is refused with one line (exit 1): d_k != d_v (it has
@@ -298,7 +300,8 @@ def check_parameters(arch, params):
 
 
 def vocabulary(spm_model, vocab_size, side=""):
-    """The pieces in id order, then the specials the model lacks, and the special tokens.
+    """The pieces in id order, then the specials the model lacks, the special tokens
+    (unk, bos, eos: their pieces) and the special ids (pad, unk, bos, eos).
     `side`: "source " for the source's model of separate vocabularies, in the messages."""
     try:
         import sentencepiece
@@ -329,7 +332,7 @@ def vocabulary(spm_model, vocab_size, side=""):
                               + f", the model a {side}vocabulary of {vocab_size}")
     if len(set(pieces)) != len(pieces):
         raise ConversionError(f"its {side}SentencePiece model has a piece twice")
-    return pieces, {name: pieces[i] for name, i in ids.items() if name != "pad"}
+    return pieces, {name: pieces[i] for name, i in ids.items() if name != "pad"}, ids
 
 
 def build_spec(arch, eps, params, pieces, special, source_pieces=None):
@@ -437,17 +440,28 @@ def convert(checkpoint, output_dir, quantization=None, force=False):
         if spm_model is None:
             raise ConversionError("holds no SentencePiece model (its run had none): the "
                                   "CTranslate2 model needs the vocabulary's pieces")
-        pieces, special = vocabulary(spm_model, arch["vocab_size"])
+        pieces, special, special_ids = vocabulary(spm_model, arch["vocab_size"])
         source_pieces = None
         if arch["source_vocab_size"] > 0:
             if source_spm_model is None:
                 raise ConversionError("holds a model of separate vocabularies but no "
                                       "source_spm_model (its run had none): the CTranslate2 "
                                       "model needs the source vocabulary's pieces")
-            source_pieces, source_special = vocabulary(source_spm_model,
-                                                       arch["source_vocab_size"], "source ")
-            # CTranslate2's config names one unk, bos and eos token for both vocabularies.
-            differing = [name for name in ("unk", "bos", "eos")
+            source_pieces, source_special, source_ids = vocabulary(
+                source_spm_model, arch["source_vocab_size"], "source ")
+            # One set of special ids serves both sides (src/data/batch.cc makes the source's
+            # eos and pad with the target's; transformer_preprocess and transformer_decode
+            # refuse models that differ).
+            if source_ids != special_ids:
+                def spelt(ids):
+                    return "/".join(str(ids[name]) for name in ("pad", "unk", "bos", "eos"))
+                raise ConversionError(
+                    f"its source SentencePiece model has the special ids pad/unk/bos/eos "
+                    f"{spelt(source_ids)}, the target's {spelt(special_ids)}: the file is "
+                    "damaged (transformer_preprocess gives both sides the same ids)")
+            # CTranslate2's config names one unk and eos token for both vocabularies (its
+            # bos is the target's alone: add_source_bos is off).
+            differing = [name for name in ("unk", "eos")
                          if source_special[name] != special[name]]
             if differing:
                 raise ConversionError(
