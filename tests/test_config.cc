@@ -674,6 +674,10 @@ TEST_F(ConfigFiles, EveryUnknownKeyIsSaidAtOnceWithItsLine) {
        "line 7 'train.warmup_step' (did you mean train.warmup_steps?); line 8 'train.foo' "
        "(transformer_hpc --help lists the keys of [train]); line 10 'model.d_modle' (did you "
        "mean model.d_model?)"});
+  // A section whose name ends in '.' names its keys without a second one (Boost's rule).
+  const std::string dotted = write_ini("dotted.ini", "[model.]\nfoo = 1\nbar = 2\n");
+  expect_error([&] { load_config(dotted); },
+               {"dotted.ini: 2 unknown keys: line 2 'model.foo'", "; line 3 'model.bar'"});
   // A known key's value is not looked at before the unknown keys are said.
   expect_error([&] { load_config_text("[model]\nlayerz = 2\nheads = x\nqq = 1\n", "stored"); },
                {"stored: 2 unknown keys: 'model.layerz' (did you mean model.layers?); "

@@ -142,7 +142,9 @@ std::map<std::string, std::deque<int>> key_lines(const std::string& text) {
     const size_t equals = content.find('=');
     if (equals == std::string::npos) continue;
     const std::string key = trim(content.substr(0, equals));
-    lines[section.empty() ? key : section + "." + key].push_back(number);
+    // (Boost adds no '.' after a section whose name ends in one: '[model.]')
+    const bool dotted = !section.empty() && section.back() == '.';
+    lines[section.empty() ? key : section + (dotted ? "" : ".") + key].push_back(number);
   }
   return lines;
 }
