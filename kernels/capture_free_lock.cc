@@ -1,6 +1,8 @@
 #include "kernels/capture_free_lock.h"
 
 #include <shared_mutex>
+#include <utility>
+#include <vector>
 
 namespace thpc {
 
@@ -14,6 +16,8 @@ std::shared_mutex& captures_and_frees() {
 
 // This thread's scope is open (scopes do not nest: a capture is one stream's at a time).
 thread_local bool capturing_here = false;
+// The frees this thread's open scope keeps for its end.
+thread_local std::vector<std::function<void()>> deferred_frees;
 
 }  // namespace
 
@@ -28,6 +32,18 @@ ConcurrentCaptureScope::~ConcurrentCaptureScope() {
   if (!held_) return;
   capturing_here = false;
   captures_and_frees().unlock_shared();
+  std::vector<std::function<void()>> frees;
+  frees.swap(deferred_frees);
+  for (const std::function<void()>& free_call : frees) {
+    const FreeGate gate;
+    free_call();
+  }
+}
+
+bool defer_free_while_capturing(std::function<void()> free_call) {
+  if (!capturing_here) return false;
+  deferred_frees.push_back(std::move(free_call));
+  return true;
 }
 
 FreeGate::FreeGate() : exclusive_(!capturing_here) {

@@ -11,12 +11,16 @@
 // So a capture that other threads may meet holds a ConcurrentCaptureScope from before
 // its cudaStreamBeginCapture to after its cudaStreamEndCapture, and every free of device
 // or pinned memory goes through a FreeGate, which waits until no other thread holds a
-// scope. On the capturing thread itself a free does not wait (it would wait for itself):
-// it ends that thread's own capture, which the backend already detects (Context::frees())
-// and answers by running the work uncaptured. Without any scope open (one worker, the
-// trainer) a gate never waits. Host code only: one lock for the process (one device per
-// process: a rank, or a decoding program's workers).
+// scope. On the capturing thread itself a free cannot wait (it would wait for itself) nor
+// run (it would end the other threads' captures too): it is deferred to the scope's end
+// (defer_free_while_capturing), and still counted, so that the backend drops that
+// thread's own capture as before (Context::frees()) and runs the work uncaptured. Without
+// any scope open (one worker, the trainer) a gate never waits and nothing is deferred.
+// Host code only: one lock for the process (one device per process: a rank, or a
+// decoding program's workers).
 #pragma once
+
+#include <functional>
 
 namespace thpc {
 
@@ -42,6 +46,11 @@ class FreeGate {
  private:
   bool exclusive_ = false;
 };
+
+// On a thread that holds a ConcurrentCaptureScope: keeps `free_call` to run when the scope
+// ends (after its lock is released, behind a FreeGate) and returns true. Elsewhere returns
+// false, `free_call` not kept: the caller frees now, behind a FreeGate.
+bool defer_free_while_capturing(std::function<void()> free_call);
 
 // Whether this thread holds a ConcurrentCaptureScope (tests).
 bool inside_concurrent_capture();

@@ -736,24 +736,33 @@ TEST(CapturedDecodingSteps, Bf16RowsAreWidenedForTheirDownloadWithoutAFreeAStep)
 
 // Decoding workers that capture at once (worker_graphs): another thread's free, which on a
 // GPU synchronises the device and so would invalidate a capture under way, waits for the
-// capture's end (kernels/capture_free_lock.h); the capturing thread's own free does not
-// wait for itself (it would never return), nor does any free while no capture holds a
-// scope (one worker, the trainer).
-TEST(ConcurrentCaptures, AnotherThreadsFreeWaitsForTheCaptureAndItsOwnDoesNot) {
+// capture's end (kernels/capture_free_lock.h); the capturing thread's own free is kept for
+// its scope's end (waiting, it would never return), and no free waits while no capture
+// holds a scope (one worker, the trainer).
+TEST(ConcurrentCaptures, AnotherThreadsFreeWaitsForTheCaptureAndItsOwnForItsEnd) {
   using namespace std::chrono_literals;
   std::promise<void> opened, release;
   std::shared_future<void> released = release.get_future().share();
-  std::atomic<bool> own_free_done{false};
+  std::atomic<bool> own_free_done{false}, own_free_kept{false}, kept_free_ran{false};
   std::thread capturing([&] {
-    const ConcurrentCaptureScope scope(/*active=*/true);
-    EXPECT_TRUE(inside_concurrent_capture());
-    { const FreeGate own; }  // returns: the capturing thread's own free
-    own_free_done = true;
-    opened.set_value();
-    released.wait_for(10s);
+    {
+      const ConcurrentCaptureScope scope(/*active=*/true);
+      EXPECT_TRUE(inside_concurrent_capture());
+      { const FreeGate own; }  // returns: the capturing thread's own gate
+      own_free_done = true;
+      // Its own free is kept for the scope's end: run now, it would synchronise the
+      // device under the other threads' captures too.
+      own_free_kept = defer_free_while_capturing([&] { kept_free_ran = true; });
+      EXPECT_FALSE(kept_free_ran);
+      opened.set_value();
+      released.wait_for(10s);
+    }
+    EXPECT_TRUE(kept_free_ran);  // at the scope's end
   });
   opened.get_future().wait();
   EXPECT_TRUE(own_free_done);
+  EXPECT_TRUE(own_free_kept);
+  EXPECT_FALSE(defer_free_while_capturing([] {})) << "kept on a thread that holds no scope";
   EXPECT_FALSE(inside_concurrent_capture());
   std::atomic<bool> freed{false};
   std::thread freeing([&] {

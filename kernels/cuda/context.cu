@@ -53,12 +53,22 @@ Context::~Context() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
+// On a thread capturing with worker_graphs the free waits for the capture's end
+// (defer_free_while_capturing): its error then has no caller to go to and is cleared.
 cudaError_t free_device_memory(void* pointer) {
+  const auto deferred = [pointer] {
+    if (cudaFree(pointer) != cudaSuccess) cudaGetLastError();
+  };
+  if (defer_free_while_capturing(deferred)) return cudaSuccess;
   const FreeGate gate;
   return cudaFree(pointer);
 }
 
 cudaError_t free_pinned_memory(void* pointer) {
+  const auto deferred = [pointer] {
+    if (cudaFreeHost(pointer) != cudaSuccess) cudaGetLastError();
+  };
+  if (defer_free_while_capturing(deferred)) return cudaSuccess;
   const FreeGate gate;
   return cudaFreeHost(pointer);
 }
