@@ -298,6 +298,15 @@ TEST(Tools, OutOfRangeNamesTheOptionAndTheValueGiven) {
             "--weights: '-1' after it is read as an option's name, not as one of its "
             "values: a value of --weights cannot begin with '-'"},
            {"transformer_decode", decode + "--threads 1 -1", "unrecognised option '-1'"},
+           // Several unknown options are said together (Boost stops at the first: a user
+           // with two learnt of one a run), with their values or without; one alone as
+           // before; a number among them is left to its own message.
+           {"transformer_decode", decode + "--foo 1 --bar",
+            "2 unrecognised options: '--foo', '--bar'"},
+           {"transformer_preprocess", "--foo=2 -q", "2 unrecognised options: '--foo', '-q'"},
+           {"transformer_average", "--zz --yy=3", "2 unrecognised options: '--zz', '--yy'"},
+           {"transformer_decode", decode + "--foo 1", "unrecognised option '--foo'"},
+           {"transformer_decode", decode + "--foo --threads 1 -1", "unrecognised option '--foo'"},
            // Marian's and fairseq's names say what to write here (a Marian user's walk:
            // "unrecognised option" and nothing more), -n its different length penalty.
            {"transformer_decode", decode + "-b 4",

@@ -1511,12 +1511,13 @@ int run_scoring(const Arguments& args, const thpc::DecodingCheckpoints& ensemble
       if (!long_source[i] && !long_reference[i]) continue;
       buffer.scored[i] = 0;
       if (unscored++ > 0) continue;
-      const bool source = long_source[i] != 0;
-      first_unscored = std::string(args.reference_nbest ? "n-best " : "") + "line " +
-                       std::to_string(buffer.first_reference_line + static_cast<int64_t>(i) + 1) +
-                       ", whose " + (source ? "input" : "translation") + " has " +
-                       std::to_string((source ? buffer.sources : buffer.references)[i].size()) +
-                       " pieces";
+      const bool input_too_long = long_source[i] != 0;
+      first_unscored =
+          std::string(args.reference_nbest ? "n-best " : "") + "line " +
+          std::to_string(buffer.first_reference_line + static_cast<int64_t>(i) + 1) + ", whose " +
+          (input_too_long ? "input" : "translation") + " has " +
+          std::to_string((input_too_long ? buffer.sources : buffer.references)[i].size()) +
+          " pieces";
     }
     buffer.scores.assign(pairs, -std::numeric_limits<double>::infinity());
     if (args.piece_scores) buffer.piece_scores.assign(pairs, {});

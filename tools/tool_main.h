@@ -308,11 +308,52 @@ inline void refuse_other_toolkits_options(
 // values into the variables they are bound to and checks required options; Boost's
 // errors (an unknown option, a missing or malformed value) become thpc::Error, which
 // tool_main reports as a bad command line. The returned map says what was given.
+// The options of argv that `options` does not know, as typed ("--foo", "-x"), when there
+// are two or more: Boost stops at the first, and a user with several learnt of one a run.
+// Parsed without the positional slots, so that a bare value (an unknown option's, "--foo
+// 1") is no error here; a name that is a number ("--weights 1 -1") is left to the parse's
+// own message. Empty when fewer than two, or when the command line does not parse so.
+inline std::vector<std::string> unknown_options(
+    const boost::program_options::options_description& options, int argc, char** argv,
+    int style) {
+  namespace po = boost::program_options;
+  std::vector<std::string> unknown;
+  try {
+    const po::parsed_options parsed = po::command_line_parser(argc, argv)
+                                          .options(options)
+                                          .style(style)
+                                          .allow_unregistered()
+                                          .run();
+    for (const po::option& option : parsed.options) {
+      if (!option.unregistered || option.string_key.empty() || option.original_tokens.empty()) {
+        continue;
+      }
+      const std::string token = option.original_tokens.front();
+      const std::string name = token.substr(0, token.find('='));
+      const size_t dashes = name.rfind("--", 0) == 0 ? 2 : 1;
+      if (name.size() > dashes &&
+          (std::isdigit(static_cast<unsigned char>(name[dashes])) != 0 || name[dashes] == '.')) {
+        continue;
+      }
+      unknown.push_back(name);
+    }
+  } catch (const po::error&) {
+    return {};
+  }
+  return unknown.size() >= 2 ? unknown : std::vector<std::string>{};
+}
+
 inline boost::program_options::variables_map parse_options(
     const boost::program_options::options_description& options, int argc, char** argv,
     const boost::program_options::positional_options_description& positional = {},
     int style = boost::program_options::command_line_style::default_style) {
   namespace po = boost::program_options;
+  const std::vector<std::string> unknown = unknown_options(options, argc, argv, style);
+  if (!unknown.empty()) {
+    std::string listed;
+    for (const std::string& name : unknown) listed += (listed.empty() ? "'" : ", '") + name + "'";
+    THPC_FAIL(unknown.size() << " unrecognised options: " << listed << " (see --help)");
+  }
   po::variables_map values;
   try {
     po::store(po::command_line_parser(argc, argv)
