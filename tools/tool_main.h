@@ -236,6 +236,19 @@ inline std::string message_naming_option(
   return message;
 }
 
+// argv parsed against `options` without positional slots, keeping what no option takes:
+// unknown options as unregistered ones, bare arguments in their order. Throws Boost's
+// error where even that does not parse.
+inline boost::program_options::parsed_options parsed_letting_unknown_through(
+    const boost::program_options::options_description& options, int argc, char** argv,
+    int style) {
+  return boost::program_options::command_line_parser(argc, argv)
+      .options(options)
+      .style(style)
+      .allow_unregistered()
+      .run();
+}
+
 // Boost's "too many positional options have been specified" names no argument, and says
 // "options" of what the user wrote as a value. This names the first argument that no
 // option and no positional slot takes ("--checkpoint a.h5 b.h5": 'b.h5') and says how
@@ -248,11 +261,7 @@ inline std::string message_naming_extra_argument(
   const unsigned slots = positional.max_total_count();
   std::string extra;
   try {
-    const po::parsed_options parsed = po::command_line_parser(argc, argv)
-                                          .options(options)
-                                          .style(style)
-                                          .allow_unregistered()
-                                          .run();
+    const po::parsed_options parsed = parsed_letting_unknown_through(options, argc, argv, style);
     const std::vector<std::string> bare =
         po::collect_unrecognized(parsed.options, po::include_positional);
     if (bare.size() > slots) extra = bare[slots];
@@ -319,11 +328,7 @@ inline std::vector<std::string> unknown_options(
   namespace po = boost::program_options;
   std::vector<std::string> unknown;
   try {
-    const po::parsed_options parsed = po::command_line_parser(argc, argv)
-                                          .options(options)
-                                          .style(style)
-                                          .allow_unregistered()
-                                          .run();
+    const po::parsed_options parsed = parsed_letting_unknown_through(options, argc, argv, style);
     for (const po::option& option : parsed.options) {
       if (!option.unregistered || option.string_key.empty() || option.original_tokens.empty()) {
         continue;
