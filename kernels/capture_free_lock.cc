@@ -1,5 +1,6 @@
 #include "kernels/capture_free_lock.h"
 
+#include <atomic>
 #include <shared_mutex>
 #include <utility>
 #include <vector>
@@ -14,6 +15,9 @@ std::shared_mutex& captures_and_frees() {
   return lock;
 }
 
+// use_capture_free_lock() was called.
+std::atomic<bool> gates_lock{false};
+
 // This thread's scope is open (scopes do not nest: a capture is one stream's at a time).
 thread_local bool capturing_here = false;
 // The frees this thread's open scope keeps for its end.
@@ -21,8 +25,11 @@ thread_local std::vector<std::function<void()>> deferred_frees;
 
 }  // namespace
 
+void use_capture_free_lock() { gates_lock = true; }
+
 ConcurrentCaptureScope::ConcurrentCaptureScope(bool active) {
   if (!active || capturing_here) return;
+  use_capture_free_lock();  // (the Context made with worker_graphs has called it already)
   captures_and_frees().lock_shared();
   capturing_here = true;
   held_ = true;
@@ -46,7 +53,7 @@ bool defer_free_while_capturing(std::function<void()> free_call) {
   return true;
 }
 
-FreeGate::FreeGate() : exclusive_(!capturing_here) {
+FreeGate::FreeGate() : exclusive_(gates_lock && !capturing_here) {
   if (exclusive_) captures_and_frees().lock();
 }
 

@@ -15,7 +15,9 @@
 // run (it would end the other threads' captures too): it is deferred to the scope's end
 // (defer_free_while_capturing), and still counted, so that the backend drops that
 // thread's own capture as before (Context::frees()) and runs the work uncaptured. Without
-// any scope open (one worker, the trainer) a gate never waits and nothing is deferred.
+// any scope open (one worker, the trainer) a gate never waits and nothing is deferred;
+// and until use_capture_free_lock() is called (a Context made with worker_graphs, before
+// any worker starts) a gate does nothing at all, so that every other path runs as it did.
 // Host code only: one lock for the process (one device per process: a rank, or a
 // decoding program's workers).
 #pragma once
@@ -23,6 +25,11 @@
 #include <functional>
 
 namespace thpc {
+
+// From now on, for the process's life, FreeGates take the lock. Called before any thread
+// that may capture concurrently starts (a gate that skipped the lock while a capture began
+// would let its free run under that capture).
+void use_capture_free_lock();
 
 class ConcurrentCaptureScope {
  public:

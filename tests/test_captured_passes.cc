@@ -741,6 +741,7 @@ TEST(CapturedDecodingSteps, Bf16RowsAreWidenedForTheirDownloadWithoutAFreeAStep)
 // holds a scope (one worker, the trainer).
 TEST(ConcurrentCaptures, AnotherThreadsFreeWaitsForTheCaptureAndItsOwnForItsEnd) {
   using namespace std::chrono_literals;
+  use_capture_free_lock();  // as a Context made with worker_graphs does
   std::promise<void> opened, release;
   std::shared_future<void> released = release.get_future().share();
   std::atomic<bool> own_free_done{false}, own_free_kept{false}, kept_free_ran{false};

@@ -13,6 +13,10 @@ namespace cuda {
 
 Context::Context(int device, const CudaKernelChoice& kernels)
     : device_(device), kernels_(kernels) {
+  // Decoding workers that capture at once: from now on every free waits for the others'
+  // captures (kernels/capture_free_lock.h), set before this Context's thread frees or
+  // captures anything.
+  if (candidate_kernel(kWorkerGraphs)) use_capture_free_lock();
   THPC_CUDA_CHECK(cudaSetDevice(device));
   THPC_CUDA_CHECK(
       cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device));
