@@ -57,25 +57,25 @@ Context::~Context() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-// On a thread capturing with worker_graphs the free waits for the capture's end
-// (defer_free_while_capturing): its error then has no caller to go to and is cleared.
-cudaError_t free_device_memory(void* pointer) {
-  const auto deferred = [pointer] {
-    if (cudaFree(pointer) != cudaSuccess) cudaGetLastError();
+namespace {
+
+// `release` (cudaFree, cudaFreeHost) of `pointer` behind a FreeGate; on a thread capturing
+// with worker_graphs it waits for the capture's end (defer_free_while_capturing), and its
+// error then has no caller to go to and is cleared.
+cudaError_t free_behind_gate(cudaError_t (*release)(void*), void* pointer) {
+  const auto deferred = [release, pointer] {
+    if (release(pointer) != cudaSuccess) cudaGetLastError();
   };
   if (defer_free_while_capturing(deferred)) return cudaSuccess;
   const FreeGate gate;
-  return cudaFree(pointer);
+  return release(pointer);
 }
 
-cudaError_t free_pinned_memory(void* pointer) {
-  const auto deferred = [pointer] {
-    if (cudaFreeHost(pointer) != cudaSuccess) cudaGetLastError();
-  };
-  if (defer_free_while_capturing(deferred)) return cudaSuccess;
-  const FreeGate gate;
-  return cudaFreeHost(pointer);
-}
+}  // namespace
+
+cudaError_t free_device_memory(void* pointer) { return free_behind_gate(cudaFree, pointer); }
+
+cudaError_t free_pinned_memory(void* pointer) { return free_behind_gate(cudaFreeHost, pointer); }
 
 void* Context::scratch(size_t bytes) {
   if (bytes > scratch_bytes_) {
