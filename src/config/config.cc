@@ -84,6 +84,14 @@ std::string key_name(const po::error_with_option_name& error) {
   THPC_FAIL(file_label << ": bad command line: " << error.what());
 }
 
+// "WHAT: a; b; c": several mistakes of a kind in one message, on one line as every message
+// a user can trigger ("tiny.ini: 2 unknown keys: ...").
+std::string listed_on_one_line(const std::string& what, const std::vector<std::string>& items) {
+  std::string listed = std::to_string(items.size()) + " " + what + ":";
+  for (size_t i = 0; i < items.size(); ++i) listed += (i == 0 ? " " : "; ") + items[i];
+  return listed;
+}
+
 // Rejects command-line tokens that name no option (collected rather than thrown by
 // Boost, so that the message can name the config file given on the same line), all of
 // them in one message (a user with three typos learnt of one a run), and a key whose
@@ -117,10 +125,8 @@ void reject_unknown_options(const std::string& file_label, const po::parsed_opti
   if (unknown.size() == 1) {
     THPC_FAIL(file_label << ": unknown command-line option " << unknown.front());
   }
-  if (!unknown.empty()) {  // on one line, as every message a user can trigger
-    std::string listed;
-    for (const std::string& said : unknown) listed += (listed.empty() ? " " : "; ") + said;
-    THPC_FAIL(file_label << ": " << unknown.size() << " unknown command-line options:" << listed);
+  if (!unknown.empty()) {
+    THPC_FAIL(file_label << ": " << listed_on_one_line("unknown command-line options", unknown));
   }
 }
 
@@ -165,18 +171,17 @@ void reject_unknown_keys(const std::string& ini_path, const std::string& text,
   };
   if (unknown.size() == 1) {
     const int line = line_of(unknown.front());
-    THPC_FAIL(ini_path << (line > 0 ? ":" + std::to_string(line) : std::string()) << ": unknown key "
-                       << quoted(unknown.front()) << unknown_key_hint(unknown.front()));
+    const std::string where = line > 0 ? ":" + std::to_string(line) : std::string();
+    THPC_FAIL(ini_path << where << ": unknown key " << quoted(unknown.front())
+                       << unknown_key_hint(unknown.front()));
   }
-  // On one line, as every message a user can trigger.
-  std::string listed;
+  std::vector<std::string> said;
   for (const std::string& name : unknown) {
     const int line = line_of(name);
-    listed += (listed.empty() ? " " : "; ") +
-              (line > 0 ? "line " + std::to_string(line) + " " : std::string()) + quoted(name) +
-              unknown_key_hint(name);
+    said.push_back((line > 0 ? "line " + std::to_string(line) + " " : std::string()) +
+                   quoted(name) + unknown_key_hint(name));
   }
-  THPC_FAIL(ini_path << ": " << unknown.size() << " unknown keys:" << listed);
+  THPC_FAIL(ini_path << ": " << listed_on_one_line("unknown keys", said));
 }
 
 constexpr int kCommandLineStyle =
@@ -238,9 +243,6 @@ Config resolve(const std::string& ini_path, std::istream& stream, po::variables_
     po::store(parsed, values);  // (which skips unregistered options)
   } catch (const Error&) {
     throw;
-  } catch (const po::unknown_option& error) {
-    const std::string name = key_name(error);
-    THPC_FAIL(ini_path << ": unknown key " << quoted(name) << unknown_key_hint(name));
   } catch (const po::multiple_occurrences& error) {
     THPC_FAIL(ini_path << ": " << key_name(error) << ": given more than once");
   } catch (const po::invalid_config_file_syntax& error) {
@@ -330,9 +332,7 @@ Config resolve(const std::string& ini_path, std::istream& stream, po::variables_
   }
   if (bad_values.size() == 1) THPC_FAIL(ini_path << ": " << bad_values.front());
   if (!bad_values.empty()) {
-    std::string listed;
-    for (const std::string& said : bad_values) listed += (listed.empty() ? " " : "; ") + said;
-    THPC_FAIL(ini_path << ": " << bad_values.size() << " bad values:" << listed);
+    THPC_FAIL(ini_path << ": " << listed_on_one_line("bad values", bad_values));
   }
   validate(config);
   return config;
