@@ -317,6 +317,14 @@ inline void refuse_other_toolkits_options(
 // values into the variables they are bound to and checks required options; Boost's
 // errors (an unknown option, a missing or malformed value) become thpc::Error, which
 // tool_main reports as a bad command line. The returned map says what was given.
+// Whether an option's name as typed is a negative number ("-1", "-.5"): a value that
+// Boost read as a name, which its own message says of the list it ended.
+inline bool names_a_negative_number(const std::string& typed) {
+  return typed.size() > 1 && typed[0] == '-' &&
+         (std::isdigit(static_cast<unsigned char>(typed[1])) != 0 ||
+          (typed[1] == '.' && typed.size() > 2));
+}
+
 // The options of argv that `options` does not know, as typed ("--foo", "-x"), when there
 // are two or more: Boost stops at the first, and a user with several learnt of one a run.
 // Parsed without the positional slots, so that a bare value (an unknown option's, "--foo
@@ -335,12 +343,7 @@ inline std::vector<std::string> unknown_options(
       }
       const std::string token = option.original_tokens.front();
       const std::string name = token.substr(0, token.find('='));
-      const size_t dashes = name.rfind("--", 0) == 0 ? 2 : 1;
-      if (name.size() > dashes &&
-          (std::isdigit(static_cast<unsigned char>(name[dashes])) != 0 || name[dashes] == '.')) {
-        continue;
-      }
-      unknown.push_back(name);
+      if (!names_a_negative_number(name)) unknown.push_back(name);
     }
   } catch (const po::error&) {
     return {};
@@ -403,9 +406,7 @@ inline boost::program_options::variables_map parse_options(
     // is read as an option's name: "unrecognised option '-1'" said nothing of the list (a
     // helper's trial). Said of the list's option, the nearest before it.
     const std::string named = error.get_option_name();
-    const bool a_number = named.size() > 1 && named[0] == '-' &&
-                          (std::isdigit(static_cast<unsigned char>(named[1])) != 0 ||
-                           (named[1] == '.' && named.size() > 2));
+    const bool a_number = names_a_negative_number(named);
     for (int i = argc - 1; a_number && i > 1; --i) {
       if (argv[i] != named) continue;
       // The nearest option before it, as typed (--metrics, -m, or a one-dash long name
