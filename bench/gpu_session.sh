@@ -87,7 +87,8 @@
 #      worker's cudaFree would synchronise the device mid-capture and invalidate it);
 #      should the twin still fail on its " 0 refused, ", some other call of another
 #      worker synchronises the device (a cudaFree outside the backends, a
-#      cudaDeviceSynchronize, a cudaMallocHost of a worker still setting up: not gated);
+#      cudaDeviceSynchronize, a cudaMallocHost outside the backends: since the same day
+#      the backends' pinned allocations wait behind the gate too);
 #      should it hang, that lock (a free waiting on a capture that waits on the freeing
 #      thread). Also read CudaGemmSweep's max_relative_difference at 3,125 tokens: cuBLAS before
 #      13.4 Update 1 has a split-K fault on sm_90 (algorithm 66, a split count that does

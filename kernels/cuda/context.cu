@@ -77,6 +77,11 @@ cudaError_t free_device_memory(void* pointer) { return free_behind_gate(cudaFree
 
 cudaError_t free_pinned_memory(void* pointer) { return free_behind_gate(cudaFreeHost, pointer); }
 
+cudaError_t allocate_pinned_memory(void** pointer, size_t bytes) {
+  const FreeGate gate;
+  return cudaMallocHost(pointer, bytes);
+}
+
 void* Context::scratch(size_t bytes) {
   if (bytes > scratch_bytes_) {
     // Ops queued earlier may still read the old buffer; cudaFree waits for the device.
@@ -163,7 +168,7 @@ void* Context::pinned(size_t bytes) {
     THPC_CUDA_CHECK(cudaStreamSynchronize(stream_));
     if (pinned_) THPC_CUDA_CHECK(free_pinned_memory(pinned_));
     pinned_ = nullptr;
-    THPC_CUDA_CHECK(cudaMallocHost(&pinned_, bytes));
+    THPC_CUDA_CHECK(allocate_pinned_memory(&pinned_, bytes));
     pinned_bytes_ = bytes;
   }
   return pinned_;

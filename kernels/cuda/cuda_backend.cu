@@ -124,7 +124,7 @@ class PinnedHostStaging final : public HostStaging {
                                                  int64_t floats) {
     void* host = nullptr;
     const size_t bytes = sizeof(float) * static_cast<size_t>(floats > 0 ? floats : 1);
-    if (cudaMallocHost(&host, bytes) != cudaSuccess) {
+    if (cuda::allocate_pinned_memory(&host, bytes) != cudaSuccess) {
       cudaGetLastError();  // not the next call's error
       return nullptr;
     }
@@ -309,7 +309,7 @@ class CudaBackend final : public Backend {
       if (staging_ != nullptr) THPC_CUDA_CHECK(cuda::free_pinned_memory(staging_));
       staging_ = nullptr;
       staging_bytes_ = std::max(size, 2 * staging_bytes_);
-      THPC_CUDA_CHECK(cudaMallocHost(&staging_, staging_bytes_));
+      THPC_CUDA_CHECK(cuda::allocate_pinned_memory(&staging_, staging_bytes_));
     }
     std::memcpy(staging_, host, size);
     THPC_CUDA_CHECK(cudaMemcpyAsync(dst, staging_, size, cudaMemcpyHostToDevice, stream()));

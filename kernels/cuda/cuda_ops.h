@@ -52,6 +52,11 @@ inline size_t gemm_type_bytes(cudaDataType_t type) { return type == CUDA_R_32F ?
 // invalidate it. Every free of the backends and their Contexts goes through them.
 cudaError_t free_device_memory(void* pointer);
 cudaError_t free_pinned_memory(void* pointer);
+// cudaMallocHost behind the same gate. Its documentation does not say it synchronises,
+// but pinning pages may (the driver maps them for every context), and an allocation waits
+// for another thread's capture at no cost that shows: pinned buffers grow a few times in
+// a run. On the capturing thread itself it runs at once, as before.
+cudaError_t allocate_pinned_memory(void** pointer, size_t bytes);
 
 // What a launcher may use besides its stream: the cuBLAS/cuBLASLt handles bound to the
 // stream, a fixed cuBLASLt workspace, and a scratch buffer that grows on demand. Ops run
