@@ -810,10 +810,12 @@ int main(int argc, char** argv) {
   if (!disagreement.empty() || !config_error.empty()) {
     if (comm.is_root()) {
       const std::string& message = disagreement.empty() ? config_error : disagreement;
-      // Once: many messages point at --help themselves.
+      // Once: many messages point at --help themselves. On the same line, as the tools'
+      // "NAME: PROBLEM (see --help)": a user's mistake is one line (a log's grep, a job
+      // system's one-line reason; before, this pointer came on a second line).
       const bool see_help = (error_in_the_options || !disagreement.empty()) &&
                             message.find("--help") == std::string::npos;
-      std::cerr << "transformer_hpc: " << message << (see_help ? "\n(see --help)\n" : "\n");
+      std::cerr << "transformer_hpc: " << message << (see_help ? " (see --help)\n" : "\n");
     }
     return 2;
   }

@@ -99,6 +99,8 @@ TEST(UserErrors, CommandLineMistakesPointAtTheHelpOnceAndShowTheSpelling) {
       ++pointers;
     }
     EXPECT_EQ(pointers, 1u) << run.output;
+    // ... on the message's own line: one line in all (before: "(see --help)" a second).
+    EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 1) << run.output;
   }
 }
 

@@ -556,7 +556,7 @@ TEST_F(ValidBleu, ItTranslatesThePairsTheLossReadsAtThePositionsBoundary) {
 TEST_F(ValidBleu, BadOptionValuesAreOneLineErrorsNamingTheKey) {
   // keep_best = bleu without translating, keep_best = chrf when the validations score BLEU,
   // a misspelt metric and a negative patience: exit 2, the first line
-  // naming the file and the key (the second says "(see --help)").
+  // naming the file and the key, and pointing at --help on the same line.
   for (const auto& [options, fragment] : std::vector<std::pair<std::string, std::string>>{
            {" --train.valid_bleu=false --checkpoint.keep_best=bleu",
             "checkpoint.keep_best (on the command line): bleu needs train.valid_bleu"},
