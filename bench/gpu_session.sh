@@ -45,7 +45,9 @@
 #          fast_loss_exp
 #          biasgemm=train.cuda_kernels=step_graphs,fuller_column_sums,fused_norm_grads,
 #          fast_loss_exp,bias_grads_in_gemm
-#          beside=train.cuda_kernels=step_graphs,fuller_column_sums,weight_grads_beside'
+#          beside=train.cuda_kernels=step_graphs,fuller_column_sums,weight_grads_beside
+#          bothgemm=train.cuda_kernels=step_graphs,fuller_column_sums,fused_norm_grads,
+#          fast_loss_exp,bias_grads_in_gemm,weight_grads_beside'
 #          bash bench/gpu_session.sh curve", timeout_s=300, same carry; one line, each
 #          setting's line-end comma joined to the name after it)
 #      (issue 51's compile_ratio at 3,125 tokens in one call, each of ours with its warm-up
@@ -67,7 +69,10 @@
 #      beside: each weight gradient's GEMM on a side stream beside the input gradient's,
 #      the graphs holding both: neutral at 25,000 tokens (30.40 against 30.24 ms), never
 #      timed at one rank's batch, where a [3,125 x 512] x [512 x 512] product fills 100
-#      of 132 SMs for a few microseconds and GEMMs ran at 382 TFLOP/s against 628)
+#      of 132 SMs for a few microseconds and GEMMs ran at 382 TFLOP/s against 628);
+#      bothgemm: biasgemm's with beside's, each layer's summing GEMM and its addition
+#      beside (since 2026-12-07 they no longer exclude each other: the sums in the side
+#      stream's own buffer), read against both)
 #   3: run(command="timeout 240 env TRAIN_MINUTES=0.5 CHECKPOINT_MINUTES=0.09
 #          TRAIN_KERNELS=step_graphs GPU_WORKERS=2 DECODE_CANDIDATE=worker_graphs
 #          TRANSLATE_SECONDS=230 bash bench/gpu_session.sh translate", timeout_s=250,

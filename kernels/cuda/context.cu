@@ -43,6 +43,7 @@ Context::~Context() {
   if (stream_) cudaStreamSynchronize(stream_);
   if (side_stream_) cudaStreamSynchronize(side_stream_);
   if (side_lt_workspace_) free_device_memory(side_lt_workspace_);
+  if (side_sums_) free_device_memory(side_sums_);
   if (join_event_) cudaEventDestroy(join_event_);
   if (fork_event_) cudaEventDestroy(fork_event_);
   if (side_stream_) cudaStreamDestroy(side_stream_);
@@ -140,6 +141,24 @@ void* Context::kept_vector(size_t count, size_t element_bytes, size_t& to_fill) 
 
 void Context::kept_vector_filled(size_t element_bytes) {
   kept_filled_[element_bytes == 2 ? 0 : 1] = true;
+}
+
+float* Context::side_sums(size_t count) {
+  if (count <= side_sums_count_ && side_sums_ != nullptr) return side_sums_;
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  THPC_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
+  if (capturing != cudaStreamCaptureStatusNone) return nullptr;
+  if (side_sums_ != nullptr) {
+    THPC_CUDA_CHECK(free_device_memory(side_sums_));  // waits for the side stream's reads
+    count_free(side_sums_count_ * sizeof(float));
+  }
+  side_sums_ = nullptr;
+  side_sums_count_ = 0;
+  const size_t grown = (count + count / 4 + 63) / 64 * 64;  // +25%: fewer regrowths
+  THPC_CUDA_CHECK(cudaMalloc(&side_sums_, grown * sizeof(float)));
+  count_allocation(grown * sizeof(float));
+  side_sums_count_ = grown;
+  return side_sums_;
 }
 
 void Context::fork_side() {

@@ -105,6 +105,12 @@ class Context {
   // takes its old path.
   void* kept_vector(size_t count, size_t element_bytes, size_t& to_fill);
   void kept_vector_filled(size_t element_bytes);
+  // At least `count` floats of device memory, 256-byte aligned, for the side stream's work
+  // alone (the candidates bias_grads_in_gemm and weight_grads_beside together: a layer's
+  // bias sums written by its dW product beside, where the scratch buffer, stream()'s, may
+  // be in use); valid until the next call. Null, nothing allocated, when it would have to
+  // grow while stream() is being captured (the caller then takes its path on stream()).
+  float* side_sums(size_t count);
 
   // The second stream of the candidate weight_grads_beside (linear.cu), with its own
   // cuBLASLt workspace (a product on it runs beside one on stream(), so they cannot share
@@ -153,6 +159,8 @@ class Context {
   cudaStream_t side_stream_ = nullptr;  // and its events and workspace: weight_grads_beside
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
   void* side_lt_workspace_ = nullptr;
+  float* side_sums_ = nullptr;  // side_sums()'
+  size_t side_sums_count_ = 0;
   int64_t allocated_bytes_ = 0, peak_allocated_bytes_ = 0;
   uint64_t frees_ = 0;
 };

@@ -608,7 +608,8 @@ void input_gradient(Context& context, T* dx, const T* dy, const T* W, int M, int
 // 100); side by side, one's tiles take the SMs the other leaves idle. The products are the
 // same (the same plans: the two workspaces have one size), so the gradients are the
 // verified path's bit for bit. They go beside only when both take cuBLASLt plans and db's
-// ones come from the kept vector (the scratch buffer belongs to the context's stream).
+// ones come from the kept vector, or its sums from dW's product into the side stream's own
+// buffer (the scratch buffer belongs to the context's stream).
 template <typename T>
 class WeightGradients {
  public:
@@ -630,16 +631,22 @@ class WeightGradients {
     // and one launch of N threads adds them into db; the ones product, which read all of
     // dy again for N sums (~54 of them a base step, n = 1 GEMMs of a few microseconds at
     // one rank's 3,125 tokens), is not queued. Only where dW's product takes a cuBLASLt
-    // plan with that epilogue (else the ones, as verified), and on the context's stream
-    // (the scratch buffer is that stream's: such a layer's weight products do not go
-    // beside).
+    // plan with that epilogue (else the ones, as verified). With weight_grads_beside too,
+    // the product and the addition go beside, the sums in the side stream's own buffer
+    // (Context::side_sums: the scratch buffer is the context's stream's, which the caller's
+    // products use meanwhile); where that buffer would have to grow inside a capture, on
+    // the context's stream with the scratch buffer. The same plan and epilogue either way:
+    // the same bits.
     if (with_dW_ && K > 0 && context.candidate_kernel(kBiasGradsInGemm)) {
       Gemm summing = dW_product_;
-      summing.bias_grad = static_cast<float*>(context.scratch(sizeof(float) * N));
+      float* side_sums = beside_ ? context.side_sums(static_cast<size_t>(N)) : nullptr;
+      summing.bias_grad = side_sums != nullptr
+                              ? side_sums
+                              : static_cast<float*>(context.scratch(sizeof(float) * N));
       if (takes_lt_plan(context, summing)) {
         db_ = db;
         sums_in_gemm_ = true;
-        beside_ = false;
+        beside_ = side_sums != nullptr && may_go_beside(context, {&summing});
         return;
       }
     }
@@ -668,10 +675,15 @@ class WeightGradients {
   void queue() {
     const cudaStream_t stream = beside_ ? context_.side_stream() : context_.stream();
     if (sums_in_gemm_) {
-      // The scratch buffer as the constructor saw it (256-byte aligned, as planned), taken
-      // again now: ops queued in between may have used it.
+      if (beside_) branch_.fork(context_, {&dW_product_});  // (its stream and workspace)
+      // The buffer as the constructor saw it (256-byte aligned, as planned), taken again
+      // now: ops queued in between may have used the scratch buffer. The side stream's
+      // fitted then, and nothing else grows it.
       Gemm summing = dW_product_;
-      summing.bias_grad = static_cast<float*>(context_.scratch(sizeof(float) * summing.m));
+      summing.bias_grad =
+          beside_ ? context_.side_sums(static_cast<size_t>(summing.m))
+                  : static_cast<float*>(context_.scratch(sizeof(float) * summing.m));
+      THPC_CHECK(summing.bias_grad != nullptr, "the side stream's bias sums were not kept");
       THPC_CHECK(gemm(context_, summing), "the bias gradient's sums were planned in dW's "
                                           "product, and its epilogue was not applied");
       const int n = summing.m;

@@ -1173,6 +1173,16 @@ std::vector<std::vector<float>> layer_backward(Backend& backend, DType dtype,
   return {scope.get(dx), scope.get(dW), c.with_db ? scope.get(db) : std::vector<float>{}};
 }
 
+// Layer backwards whose every leading dimension is a multiple of 16 bytes (cuBLASLt has
+// plans for all their products), with and without a bias, dx added or written, the FFN's
+// second layer among them, one rank's 3,128-row bucket too.
+const std::vector<LayerBackwardCase> kAlignedLayerCases = {
+    {64, 128, 96, true, GradStore::kAdd, false},
+    {304, 512, 512, true, GradStore::kWrite, false},
+    {1000, 512, 1536, false, GradStore::kAdd, false},
+    {3128, 2048, 512, true, GradStore::kWrite, true},
+    {256, 256, 128, true, GradStore::kWrite, true}};
+
 // The candidate weight_grads_beside (kernels/cuda/linear.cu: a layer's dW and db products
 // on a second stream beside its dx product): every output equals the verified kernels'
 // bit for bit (the same cuBLASLt plans, only another stream and workspace), with and
@@ -1185,16 +1195,12 @@ TEST(CudaCandidateWeightGradsBeside, LayerGradientsEqualTheVerifiedBitForBit) {
   CudaKernelChoice verified_kernels, beside_kernels;
   verified_kernels.candidates = kReluMasks;
   beside_kernels.candidates = kReluMasks | kWeightGradsBeside | kStepGraphs;
-  // Aligned: every leading dimension a multiple of 16 bytes, so cuBLASLt has plans for all
-  // the products and each case's go beside (counted). Odd: the counts left out (a plan
-  // may be missing: cublasGemmEx on the context's stream), among them one rank's real row
-  // count, 3,125, whose db product reads the ones with a leading dimension of 6,250 bytes.
-  const std::vector<LayerBackwardCase> aligned = {
-      {64, 128, 96, true, GradStore::kAdd, false},
-      {304, 512, 512, true, GradStore::kWrite, false},
-      {1000, 512, 1536, false, GradStore::kAdd, false},
-      {3128, 2048, 512, true, GradStore::kWrite, true},
-      {256, 256, 128, true, GradStore::kWrite, true}};
+  // Aligned (kAlignedLayerCases): every leading dimension a multiple of 16 bytes, so
+  // cuBLASLt has plans for all the products and each case's go beside (counted). Odd: the
+  // counts left out (a plan may be missing: cublasGemmEx on the context's stream), among
+  // them one rank's real row count, 3,125, whose db product reads the ones with a leading
+  // dimension of 6,250 bytes.
+  const std::vector<LayerBackwardCase>& aligned = kAlignedLayerCases;
   const std::vector<LayerBackwardCase> odd = {{3, 5, 7, true, GradStore::kAdd, false},
                                               {33, 129, 17, true, GradStore::kWrite, true},
                                               {3125, 2048, 512, true, GradStore::kWrite, true},
@@ -1225,6 +1231,59 @@ TEST(CudaCandidateWeightGradsBeside, LayerGradientsEqualTheVerifiedBitForBit) {
       const int64_t queued = weight_grads_beside();
       EXPECT_EQ(layer_backward(*beside.gpu, dtype, c, seed, true), expected);
       EXPECT_EQ(weight_grads_beside(), queued + 1) << "the capture's products did not go beside";
+      ++seed;
+    }
+  }
+}
+
+// The candidates bias_grads_in_gemm and weight_grads_beside together (kernels/cuda/
+// linear.cu, WeightGradients): a layer's summing dW product and the addition of its sums
+// go beside its dx product, the sums in the side stream's own buffer (Context::side_sums).
+// Every output equals bias_grads_in_gemm's on the context's stream bit for bit (the same
+// plans and epilogue, only another stream, workspace and sums buffer), the FFN's second
+// layer (linear_relu_backward, which the candidate's own twin leaves to the whole model)
+// among the cases; in bf16 the aligned layers with db both went beside and took their
+// sums in the product (counted); and captured into a graph (a branch of it, joined) once
+// the buffer has grown outside the capture, equal too, beside and summed in the product.
+TEST(CudaCandidateBiasGradsInGemm, BesideEqualsOnTheContextsStreamBitForBit) {
+  THPC_REQUIRE_GPU();
+  CudaKernelChoice inline_kernels, beside_kernels;
+  inline_kernels.candidates = kReluMasks | kBiasGradsInGemm | kStepGraphs;
+  beside_kernels.candidates = kReluMasks | kBiasGradsInGemm | kWeightGradsBeside | kStepGraphs;
+  std::vector<LayerBackwardCase> cases = kAlignedLayerCases;
+  cases.push_back({3125, 2048, 512, true, GradStore::kWrite, true});  // one rank's rows
+  cases.push_back({33, 129, 17, true, GradStore::kAdd, false});
+  for (DType dtype : gpu_compute_dtypes()) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Twins on_stream(dtype, inline_kernels), beside(dtype, beside_kernels);
+    uint32_t seed = 3500;
+    for (const LayerBackwardCase& c : cases) {
+      SCOPED_TRACE(::testing::Message() << "M=" << c.M << " K=" << c.K << " N=" << c.N
+                                        << (c.relu ? " relu" : "") << " db=" << c.with_db);
+      const auto expected = layer_backward(*on_stream.gpu, dtype, c, seed);
+      const int64_t went_beside = weight_grads_beside(), summed = bias_grads_in_gemm();
+      EXPECT_EQ(layer_backward(*beside.gpu, dtype, c, seed), expected);
+      // bf16, every operand 16-byte aligned, db asked for: both candidates took it (fp32
+      // may have no BGRADA plan; the odd shapes may take cublasGemmEx).
+      const bool aligned = c.M % 8 == 0 && c.K % 8 == 0 && c.N % 8 == 0;
+      if (!twin_rehearsal() && dtype == DType::BF16 && aligned && c.with_db) {
+        EXPECT_EQ(weight_grads_beside(), went_beside + 1) << "the products did not go beside";
+        EXPECT_EQ(bias_grads_in_gemm(), summed + 1) << "the sums were not taken in dW's product";
+      }
+      ++seed;
+    }
+    if (twin_rehearsal()) continue;  // the CPU stands in: one stream, no graphs
+    for (const LayerBackwardCase& c : {cases[1], cases[3]}) {
+      SCOPED_TRACE(::testing::Message() << "captured M=" << c.M << " K=" << c.K << " N=" << c.N);
+      const auto expected = layer_backward(*on_stream.gpu, dtype, c, seed);
+      // Once uncaptured first: the side stream's sums buffer grows outside the capture.
+      EXPECT_EQ(layer_backward(*beside.gpu, dtype, c, seed), expected);
+      const int64_t went_beside = weight_grads_beside(), summed = bias_grads_in_gemm();
+      EXPECT_EQ(layer_backward(*beside.gpu, dtype, c, seed, true), expected);
+      if (dtype == DType::BF16) {
+        EXPECT_EQ(weight_grads_beside(), went_beside + 1) << "the capture's products stayed";
+        EXPECT_EQ(bias_grads_in_gemm(), summed + 1) << "the capture's sums took the ones";
+      }
       ++seed;
     }
   }
