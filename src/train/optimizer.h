@@ -15,7 +15,9 @@ struct AdamSettings {
   float beta2 = 0.98f;
   float eps = 1e-9f;
   // Decoupled weight decay (Loshchilov & Hutter, "Decoupled Weight Decay Regularization",
-  // AdamW; fairseq's Adam): p -= lr * weight_decay * p before each update. 0: none.
+  // AdamW; fairseq's Adam): p -= update + lr * weight_decay * p, one subtraction with
+  // the update, both of the old p (fairseq and PyTorch subtract it apart, which fp32
+  // rounds away for small decays: docs/design-training.md). 0: none.
   float weight_decay = 0.0f;
 };
 
