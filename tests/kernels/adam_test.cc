@@ -336,8 +336,10 @@ struct AdamRun {
 // CPU reference, checked: masters and moments as the CPU's within 2 ulp, exact by
 // construction; the copy the GPU's masters in the compute dtype, exactly), on fresh
 // buffers or, with `misaligned`, on views one element into them holding the same values
-// (the same seed: the same run, on addresses the one-pass kernel leaves alone).
-AdamRun adam_with_compute(Twins& twins, int64_t n, bool misaligned, uint32_t seed) {
+// (the same seed: the same run, on addresses the one-pass kernel leaves alone). With a
+// `decay`, AdamW's steps (adamw_update; the candidate weight_decay).
+AdamRun adam_with_compute(Twins& twins, int64_t n, bool misaligned, uint32_t seed,
+                          float decay = 0.0f) {
   std::mt19937 rng(seed);
   const float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.98f, eps = 1e-9f;
   const double rel = 2.0 * eps_of(DType::F32);
@@ -357,6 +359,13 @@ AdamRun adam_with_compute(Twins& twins, int64_t n, bool misaligned, uint32_t see
   if (misaligned) compute = Pair{shifted(compute.cpu), shifted(compute.gpu)};
   for (int64_t step = 1; step <= 3; ++step) {
     Pair grads = place(random_values(count, rng, -0.1f, 0.1f));
+    if (decay > 0.0f) {
+      both.cpu().adamw_update(params.cpu, compute.cpu, grads.cpu, m.cpu, v.cpu, n, lr, beta1,
+                              beta2, eps, decay, step);
+      both.gpu().adamw_update(params.gpu, compute.gpu, grads.gpu, m.gpu, v.gpu, n, lr, beta1,
+                              beta2, eps, decay, step);
+      continue;
+    }
     both.cpu().adam_update(params.cpu, compute.cpu, grads.cpu, m.cpu, v.cpu, n, lr, beta1,
                            beta2, eps, step);
     both.gpu().adam_update(params.gpu, compute.gpu, grads.gpu, m.gpu, v.gpu, n, lr, beta1,
@@ -453,6 +462,27 @@ TEST(CudaCandidateWeightDecay, AdamWIsTheCpusBitForBit) {
         EXPECT_EQ(both.gpu_values(m), both.cpu_values(m));
         EXPECT_EQ(both.gpu_values(v), both.cpu_values(v));
       }
+    }
+  }
+  // With the compute copy, in fp32 and bf16, the training step's call: the fused pass
+  // (aligned) and the scalar kernel then the conversion (views one element in) give the
+  // same masters, moments and copy, bit for bit, the CPU's within adam_with_compute's
+  // bounds, the copy the masters converted (before, the twin passed no compute copy).
+  uint32_t seed = 110;
+  for (DType dtype : gpu_compute_dtypes()) {
+    Twins with_copy(dtype, kernels_with(kWeightDecay));
+    for (int64_t n : {int64_t{1}, int64_t{1027}, int64_t{1000003}}) {
+      SCOPED_TRACE(describe(dtype, n) + " with the compute copy");
+      const int64_t before = fused_adam_launches();
+      const AdamRun separate = adam_with_compute(with_copy, n, true, seed, 0.01f);
+      const AdamRun fused = adam_with_compute(with_copy, n, false, seed++, 0.01f);
+      if (!twin_rehearsal()) {
+        EXPECT_EQ(fused_adam_launches() - before, 3) << "AdamW's fused pass did not run";
+      }
+      EXPECT_EQ(fused.params, separate.params);
+      EXPECT_EQ(fused.m, separate.m);
+      EXPECT_EQ(fused.v, separate.v);
+      EXPECT_EQ(fused.compute, separate.compute);
     }
   }
   if (!twin_rehearsal()) {
