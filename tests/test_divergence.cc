@@ -512,8 +512,8 @@ TEST_F(DivergenceTest, AResumeBackToAnAbandonedBranchLeavesTheOtherOne) {
   Trainer first(small_config(dir, {"train.max_steps=30", "checkpoint.every_steps=5",
                                    "checkpoint.keep=10"}));
   ASSERT_EQ(first.run(log), RunEnd::Finished) << log.str();
-  // Another branch from step 10 writes 15 and 20 over the first's and leaves 25 and 30
-  // superseded.
+  // Another branch from step 10 writes 15 and 20 (the first's moved into
+  // abandoned_branches/) and leaves 25 and 30 superseded.
   Trainer other(small_config(dir, {"train.max_steps=20", "checkpoint.every_steps=5",
                                    "checkpoint.keep=10", "train.lr_scale=0.5",
                                    "checkpoint.resume=" + dir + "/step_00000010.h5"}));
@@ -543,6 +543,64 @@ TEST_F(DivergenceTest, AResumeBackToAnAbandonedBranchLeavesTheOtherOne) {
   EXPECT_EQ(newest_healthy_checkpoints(dir, 3),
             (std::vector<std::string>{dir + "/step_00000025.h5", dir + "/step_00000030.h5",
                                       dir + "/step_00000035.h5"}));
+}
+
+// A checkpoint of an abandoned branch at a step the new branch saves again is kept, not
+// written over: it moves into DIR/abandoned_branches/ (NAME.2.h5 for a second one), its
+// weights kept, still marked superseded (a helper's walk: a resume from step 10 of the run's
+// own directory with a lower learning rate replaced the first branch's steps 20 and 30,
+// though a resume from elsewhere is refused for "marked superseded, not deleted").
+TEST_F(DivergenceTest, AnAbandonedBranchsCheckpointsAreMovedAsideNotWrittenOver) {
+  const std::string dir = path("run"), aside = dir + "/abandoned_branches";
+  // A checkpoint's weights (its header changes when it is marked).
+  const auto weights = [](const std::string& file) {
+    std::vector<float> all;
+    for (const NamedTensor& tensor : read_checkpoint(file).params) {
+      all.insert(all.end(), tensor.values.begin(), tensor.values.end());
+    }
+    return all;
+  };
+  std::ostringstream log;
+  Trainer first(small_config(dir, {"train.max_steps=20", "checkpoint.every_steps=5"}));
+  ASSERT_EQ(first.run(log), RunEnd::Finished) << log.str();
+  const std::vector<float> first15 = weights(dir + "/step_00000015.h5");
+  const std::vector<float> first20 = weights(dir + "/step_00000020.h5");
+  const std::vector<std::string> from_ten = {"train.max_steps=20", "checkpoint.every_steps=5",
+                                             "train.lr_scale=0.5",
+                                             "checkpoint.resume=" + dir + "/step_00000010.h5"};
+  std::ostringstream branch_log;
+  Trainer branch(small_config(dir, from_ten));
+  ASSERT_EQ(branch.run(branch_log), RunEnd::Finished) << branch_log.str();
+  EXPECT_NE(branch_log.str().find("moved " + dir + "/step_00000015.h5 (superseded, of another "
+                                  "branch) into " + aside + "/step_00000015.h5"),
+            std::string::npos)
+      << branch_log.str();
+  EXPECT_TRUE(weights(aside + "/step_00000015.h5") == first15);
+  EXPECT_TRUE(weights(aside + "/step_00000020.h5") == first20);
+  EXPECT_EQ(read_checkpoint_summary(aside + "/step_00000020.h5")->state,
+            CheckpointState::Superseded);
+  EXPECT_FALSE(weights(dir + "/step_00000020.h5") == first20);  // the new branch's own
+  const std::vector<float> second20 = weights(dir + "/step_00000020.h5");
+  const std::map<std::string, CheckpointState> healthy = {
+      {"step_00000005.h5", CheckpointState::Healthy},
+      {"step_00000010.h5", CheckpointState::Healthy},
+      {"step_00000015.h5", CheckpointState::Healthy},
+      {"step_00000020.h5", CheckpointState::Healthy}};
+  EXPECT_EQ(states_in(dir), healthy) << branch_log.str();
+  // Again from step 10: the second branch's go beside the first's, numbered.
+  std::ostringstream again_log;
+  Trainer again(small_config(dir, from_ten));
+  ASSERT_EQ(again.run(again_log), RunEnd::Finished) << again_log.str();
+  EXPECT_TRUE(weights(aside + "/step_00000020.h5") == first20);
+  EXPECT_TRUE(weights(aside + "/step_00000020.2.h5") == second20);
+  EXPECT_EQ(states_in(dir), healthy) << again_log.str();
+  // Pruning reads the directory alone: the folder's files stay.
+  std::ostringstream pruned_log;
+  Trainer pruned(small_config(dir, {"train.max_steps=25", "checkpoint.every_steps=5",
+                                    "checkpoint.keep=1", "checkpoint.resume=auto"}));
+  ASSERT_EQ(pruned.run(pruned_log), RunEnd::Finished) << pruned_log.str();
+  EXPECT_EQ(std::distance(fs::directory_iterator(aside), fs::directory_iterator{}), 4)
+      << pruned_log.str();
 }
 
 // A second resume of the same file into the first one's directory (two fine-tunings from

@@ -167,6 +167,44 @@ std::string only_unhealthy_checkpoints(const std::string& dir) {
   return message.str();
 }
 
+// A checkpoint of another branch where this step's is to be written (`path`): marked
+// superseded by a resume or a rollback to an earlier step, or diverged, at a step the new
+// branch reaches again (every checkpoint.every_steps steps, both branches save the same
+// steps). It moves into DIR/abandoned_branches/ (NAME.2.h5, ... when taken) instead of
+// being written over: before, a resume from an earlier checkpoint of the directory lost
+// the abandoned branch's later checkpoints one by one as it reached their steps, though
+// the refusal of such a resume from elsewhere called them "marked superseded, not deleted"
+// (a helper's walk). There they are kept: pruning (checkpoint.keep) reads the directory
+// alone, and checkpoint.resume=PATH continues one. Returns the line to log, or a warning
+// when the move fails (then the file is written over, as before: the run goes on).
+// Healthy files and files of no checkpoint are left to the write, as before.
+std::string move_abandoned_checkpoint_aside(const std::string& path, const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  if (!fs::is_regular_file(path, error)) return "";
+  const std::optional<CheckpointSummary> summary = read_checkpoint_summary(path);
+  if (!summary || summary->state == CheckpointState::Healthy) return "";
+  const fs::path folder = fs::path(dir) / kAbandonedBranchesFolder;
+  fs::create_directories(folder, error);
+  const fs::path name = fs::path(path).filename();
+  fs::path to = folder / name;
+  for (int next = 2; !error && fs::exists(to, error); ++next) {
+    to = folder / (name.stem().string() + "." + std::to_string(next) + name.extension().string());
+  }
+  if (!error) fs::rename(path, to, error);
+  std::ostringstream line;
+  if (error) {
+    line << "warning: cannot move " << path << " (" << checkpoint_state_name(summary->state)
+         << ", of another branch) into " << folder.string() << " (" << error.message()
+         << "): this step's checkpoint is written over it\n";
+  } else {
+    line << "moved " << path << " (" << checkpoint_state_name(summary->state) << ", of "
+         << "another branch) into " << to.string() << ": this branch writes its own step "
+         << summary->step << " (kept there; checkpoint.keep prunes " << dir << " alone)\n";
+  }
+  return line.str();
+}
+
 // Completes `state` (`fill_state`, when given: a staged snapshot's parameters and
 // moments), writes it to `path` and prunes checkpoint.dir to `keep`; returns what to log:
 // the checkpoint's line (its size, the copy's and the write's seconds) and each removal.
@@ -221,6 +259,8 @@ std::string CheckpointKeeping::save(Checkpoint state, double copy_seconds, std::
   const int64_t schedule =
       config_.checkpoint.minutes == 0 ? config_.checkpoint.every_steps : 0;
   const int64_t last_step = config_.train.max_steps;
+  // On this thread, before a background write starts: the file is read and moved at once.
+  log << move_abandoned_checkpoint_aside(path, dir) << std::flush;
   if (!writes_in_background()) {
     log << write_and_prune(path, state, fill_state, copy_seconds, dir, keep, schedule,
                            last_step, false)

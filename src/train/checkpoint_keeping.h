@@ -40,6 +40,10 @@ void write_made_again_if_removed(const std::string& dir, const std::function<voi
 
 // The folders a resume sets another branch's best files aside in: PREFIX + its step.
 inline constexpr const char* kBranchFolderPrefix = "best_of_branch_left_at_";
+// The folder of checkpoint.dir that keeps another branch's step checkpoints (marked
+// superseded or diverged) which this branch's checkpoints of the same steps would have
+// written over (CheckpointKeeping::save).
+inline constexpr const char* kAbandonedBranchesFolder = "abandoned_branches";
 
 class CheckpointKeeping {
  public:
@@ -49,7 +53,9 @@ class CheckpointKeeping {
   // Writes DIR/step_NNNNNNNN.h5 holding `state` (of step state.step), says so with its
   // size and the copy's and the write's seconds (`copy_seconds`: the snapshot's), and
   // prunes to checkpoint.keep (prune_checkpoints: diverged ones first, never the newest
-  // healthy one nor the last one known good). Returns the path.
+  // healthy one nor the last one known good). Returns the path. A checkpoint of another
+  // branch at that name (superseded or diverged) is moved into DIR/abandoned_branches/
+  // first, not written over.
   //
   // When writes_in_background(), the write (hashing, HDF5, fsync, rename) and the pruning
   // run on a thread of their own and save() returns at once, `state` in the thread's

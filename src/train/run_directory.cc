@@ -1049,8 +1049,9 @@ std::string another_branch_refusal(const Config& config, const std::string& run_
   for (size_t i = 0; i < others.size() && i < 3; ++i) message << (i ? ", " : "") << others[i];
   if (others.size() > 3) message << ", ...";
   message << " (trained there from that file before: a requeue of a job that resumes it, or "
-          << "an earlier resume of it?); this one would mark them superseded and write over "
-          << "the steps it reaches again. Continue them with "
+          << "an earlier resume of it?); this one would mark them superseded (those of the "
+          << "steps it reaches again moved into " << kAbandonedBranchesFolder << "/). Continue "
+          << "them with "
           << "--checkpoint.resume=auto, give this resume another checkpoint.dir, or set "
           << "checkpoint.overwrite = true to abandon them (marked superseded, not deleted)";
   return message.str();
