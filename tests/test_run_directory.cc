@@ -96,12 +96,56 @@ TEST_F(RunDirectory, ANewRunInAUsedDirectoryStopsAndTouchesNothing) {
   // One line, no source location: the user's mistake, not the program's.
   EXPECT_EQ(second.output.find("check failed"), std::string::npos);
 
-  // A metrics file of another run alone is refused too (a shared train.metrics_dir).
+  // Its directory as another run's train.metrics_dir is refused too, as another run's
+  // checkpoint.dir (AnotherRunsCheckpointDirectoryIsNoMetricsDirectory; a metrics file of
+  // another run alone: NothingToResumeIsANewRunInAnotherRunsMetricsDirectory).
   const ProcessResult elsewhere = train(
       "other", "--train.max_steps=2 --train.metrics_dir=" + (directory_ / "run" / "checkpoints").string());
   EXPECT_EQ(elsewhere.exit_code, 2) << elsewhere.output;
-  EXPECT_NE(elsewhere.output.find((directory_ / "run" / "checkpoints" / "metrics.jsonl").string()), std::string::npos)
+  EXPECT_NE(elsewhere.output.find("holds 1 checkpoint file of another run (" + checkpoints +
+                                  "/step_00000003.h5)"),
+            std::string::npos)
       << elsewhere.output;
+  EXPECT_EQ(contents(directory_), before);
+}
+
+// Another run's checkpoint.dir as train.metrics_dir, where that run kept its metrics
+// elsewhere (a helper's walk: accepted, and the second run's metrics.jsonl and events sat
+// beside the first's step files, plotted as the first's): refused before anything is
+// written, with or without checkpoint.overwrite, which deletes nothing of it.
+TEST_F(RunDirectory, AnotherRunsCheckpointDirectoryIsNoMetricsDirectory) {
+  const fs::path first = directory_ / "first" / "checkpoints";
+  ASSERT_EQ(train("first", "--train.max_steps=2 --train.metrics_dir=" +
+                               (directory_ / "first_metrics").string())
+                .exit_code,
+            0);
+  const std::map<std::string, std::string> before = contents(first);
+  for (const std::string overwrite : {"", " --checkpoint.overwrite=true"}) {
+    SCOPED_TRACE(overwrite);
+    const ProcessResult second =
+        train("second", "--train.max_steps=2 --train.metrics_dir=" + first.string() + overwrite);
+    EXPECT_EQ(second.exit_code, 2) << second.output;
+    EXPECT_NE(second.output.find("train.metrics_dir " + first.string() + " holds 1 checkpoint "
+                                 "file of another run (" + (first / "step_00000002.h5").string() +
+                                 "): it is another run's checkpoint.dir"),
+              std::string::npos)
+        << second.output;
+    EXPECT_NE(second.output.find("holds 1 checkpoint file of another run (" +
+                                 (first / "step_00000002.h5").string() + "): it is another "
+                                 "run's checkpoint.dir, and this run's metrics file and "
+                                 "TensorBoard events there would be read as that run's; give "
+                                 "train.metrics_dir a directory of its own, or leave it out (the "
+                                 "metrics then go into checkpoint.dir " +
+                                 (directory_ / "second" / "checkpoints").string() + ")\n"),
+              std::string::npos)
+        << second.output;  // one line
+    EXPECT_EQ(contents(first), before);
+  }
+  // Its own checkpoint.dir as its metrics directory stays a run's choice.
+  const ProcessResult own = train("first", "--train.max_steps=3 --checkpoint.resume=auto "
+                                           "--train.metrics_dir=" + first.string());
+  EXPECT_EQ(own.output.find("holds 1 checkpoint file of another run"), std::string::npos)
+      << own.output;
 }
 
 TEST_F(RunDirectory, OverwriteDeletesTheEarlierRunsFilesFirst) {
@@ -150,6 +194,13 @@ TEST_F(RunDirectory, AResumedRunAppendsToItsOwnFilesAndRefusesAnotherRuns) {
       "b", "--train.max_steps=5 --checkpoint.resume=" + a_checkpoint);
   EXPECT_EQ(mixed.exit_code, 2) << mixed.output;
   EXPECT_NE(mixed.output.find("of another run than the one resumed from " + a_checkpoint),
+            std::string::npos)
+      << mixed.output;
+  // b's TensorBoard events among them, beside its metrics file (before: the metrics file
+  // alone was named, and checkpoint.overwrite left the events, which TensorBoard then drew
+  // with a's; a helper's walk).
+  EXPECT_NE(mixed.output.find("hold 3 files of another run"), std::string::npos) << mixed.output;
+  EXPECT_NE(mixed.output.find((directory_ / "b" / "checkpoints").string() + "/events.out.tfevents."),
             std::string::npos)
       << mixed.output;
   // Its own directory, however it is named: resume=auto, and resume=PATH.

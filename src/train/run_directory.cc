@@ -202,13 +202,18 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
   std::vector<std::string> without_values;
   bool has_records = false;
   const std::string metrics_run = MetricsFile::last_run_id(metrics, &has_records);
+  bool metrics_foreign = false;
   if (fresh && has_records && MetricsFile::records_no_value(metrics)) {
     without_values.push_back(metrics);
   } else if (fresh ? has_records : (!metrics_run.empty() && metrics_run != run_id)) {
     foreign.push_back(metrics);
+    metrics_foreign = true;
   }
-  // TensorBoard's files carry no run id: a fresh run's directory has none.
-  if (fresh) {
+  // TensorBoard's files carry no run id: a fresh run's directory has none, and beside
+  // another run's metrics file they are that run's (a resumed run's refusal named the
+  // metrics file alone, and checkpoint.overwrite left the events: TensorBoard drew both
+  // runs; a helper's walk).
+  if (fresh || metrics_foreign) {
     for (const fs::directory_entry& entry : fs::directory_iterator(metrics_dir, error)) {
       if (entry.path().filename().string().rfind(kEventFilePrefix, 0) != 0) continue;
       if (event_file_records_no_value(entry.path().string())) {
@@ -1057,6 +1062,45 @@ std::string another_branch_refusal(const Config& config, const std::string& run_
   return message.str();
 }
 
+// train.metrics_dir set to another directory than checkpoint.dir that holds checkpoints
+// of another run (typically that run's checkpoint.dir): "" or the refusal. A helper's
+// walk: a second run given the first's checkpoint.dir as its metrics directory wrote its
+// metrics.jsonl and TensorBoard events beside the first's step files, whose plots then
+// drew the second run's curves as the first's. checkpoint.overwrite does not delete them:
+// it is checkpoint.dir's, and they are another run's checkpoints.
+std::string metrics_dir_of_another_runs_checkpoints(const Config& config,
+                                                    const std::string& run_id,
+                                                    const std::string& metrics) {
+  namespace fs = std::filesystem;
+  if (config.train.metrics_dir.empty()) return "";
+  std::error_code error;
+  const fs::path metrics_dir =
+      fs::path(metrics).has_parent_path() ? fs::path(metrics).parent_path() : fs::path(".");
+  if (!fs::is_directory(metrics_dir, error) ||
+      fs::equivalent(metrics_dir, config.checkpoint.dir, error)) {
+    return "";
+  }
+  std::vector<std::string> theirs;
+  for (const fs::directory_entry& entry : fs::directory_iterator(metrics_dir, error)) {
+    const std::string path = entry.path().string();
+    if (!is_run_checkpoint_file(path)) continue;
+    const std::optional<CheckpointSummary> summary = read_checkpoint_summary(path);
+    if (!summary || summary->run_id != run_id) theirs.push_back(path);
+  }
+  if (theirs.empty()) return "";
+  std::sort(theirs.begin(), theirs.end());
+  std::ostringstream message;
+  message << "train.metrics_dir " << config.train.metrics_dir << " holds " << theirs.size()
+          << " checkpoint file" << (theirs.size() > 1 ? "s" : "") << " of another run (";
+  for (size_t i = 0; i < theirs.size() && i < 3; ++i) message << (i ? ", " : "") << theirs[i];
+  if (theirs.size() > 3) message << ", ...";
+  message << "): it is another run's checkpoint.dir, and this run's metrics file and "
+          << "TensorBoard events there would be read as that run's; give train.metrics_dir "
+          << "a directory of its own, or leave it out (the metrics then go into "
+          << "checkpoint.dir " << config.checkpoint.dir << ")";
+  return message.str();
+}
+
 // Rank 0's claim of the run directory, training's (DirectoryChanges::Make) or the dry
 // run's (OnlySay): the metrics file (*metrics), the outputs that would destroy inputs,
 // another run's files, another branch's checkpoints, a crash's interrupted writes. "" or
@@ -1067,6 +1111,7 @@ std::string claim_refusal(const Config& config, const std::string& run_id,
                           DirectoryChanges changes, std::string* metrics) {
   *metrics = run_metrics_path(config, run_id, resumed_from, log);
   std::string refusal = outputs_that_would_destroy_inputs(config, resumed_from, *metrics);
+  if (refusal.empty()) refusal = metrics_dir_of_another_runs_checkpoints(config, run_id, *metrics);
   if (refusal.empty()) {
     refusal = foreign_run_files(config, run_id, resumed_from, *metrics, log, changes);
   }
