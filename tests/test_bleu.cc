@@ -712,6 +712,26 @@ TEST_F(ScoreProgram, AByteOrderMarkIsScoredAsSacreBleuScoresItAndSaid) {
   EXPECT_EQ(plain.err.find("byte-order mark"), std::string::npos) << plain.err;
 }
 
+// Translations left in SentencePiece pieces (fairseq's habit) are scored as words, as
+// sacreBLEU scores them, and said once for the file (a helper's walk: BLEU 0.1 without a
+// hint); a text with the mark on a word or two is not.
+TEST_F(ScoreProgram, TranslationsLeftInSentencePiecePiecesAreScoredAndSaid) {
+  const std::string mark = "\u2581";
+  const std::string ref = write("ref.txt", "a dog runs\nthe cat sleeps\n\n");
+  const std::string pieces =
+      write("pieces.txt", mark + "a " + mark + "dog " + mark + "run s\n" + mark + "the " + mark +
+                              "cat " + mark + "sle eps\n\n");
+  const ProgramResult scored = run_score(ref + " -i " + pieces + " -b");
+  EXPECT_EQ(scored.exit_code, 0) << scored.err;
+  EXPECT_NE(scored.err.find("note: " + pieces + " looks encoded into SentencePiece pieces (the "
+                            "words of 2 of its 2 lines start with U+2581"),
+            std::string::npos)
+      << scored.err;
+  const std::string text = write("text.txt", "a dog " + mark + "runs\nthe cat sleeps\n\n");
+  const ProgramResult plain = run_score(ref + " -i " + text + " -b");
+  EXPECT_EQ(plain.err.find("SentencePiece"), std::string::npos) << plain.err;
+}
+
 TEST_F(ScoreProgram, InvalidUtf8) {
   const std::string ref = write("ref.txt", "a b\nc d\n");
   const std::string hyp = write("hyp.txt", "a b\nc \xC3\x28\n");

@@ -185,6 +185,36 @@ class DecodeProgram : public ::testing::Test {
 
 fs::path DecodeProgram::dir_;
 
+// Input that spm_encode made already (fairseq's habit: encode, then translate the
+// pieces) is translated as asked, with a warning at its first such line and their count
+// (a helper's walk: pieces encoded again, translated as noise without a word); raw text,
+// a word mark or two in it, is not warned of.
+TEST_F(DecodeProgram, InputEncodedIntoPiecesAlreadyIsWarnedOf) {
+  {
+    const std::string mark = "\u2581";  // SentencePiece's word mark
+    std::ofstream encoded(dir_ / "encoded.en");
+    encoded << "A man rides a bike.\n"
+            << mark << "A " << mark << "man " << mark << "rides " << mark << "a " << mark
+            << "bi ke .\n"
+            << mark << "Two " << mark << "dogs\n"
+            << "the " << mark << " mark in raw text\n";
+  }
+  std::string out, err;
+  ASSERT_EQ(decode("--max-len-b 2 --greedy", out, err, "model.h5", true, "encoded.en"), 0) << err;
+  EXPECT_EQ(lines_of(out).size(), 4u) << out;
+  EXPECT_NE(err.find("transformer_decode: warning: line 2 of " + (dir_ / "encoded.en").string() +
+                     " looks encoded into SentencePiece pieces already"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("line 3 of"), std::string::npos) << err;
+  EXPECT_NE(err.find("warning: 2 lines of " + (dir_ / "encoded.en").string() + " in all looked "
+                     "encoded"),
+            std::string::npos)
+      << err;
+  ASSERT_EQ(decode("--max-len-b 2 --greedy", out, err), 0) << err;
+  EXPECT_EQ(err.find("looks encoded"), std::string::npos) << err;
+}
+
 TEST_F(DecodeProgram, OneLinePerInputLineInOrderDeterministic) {
   std::string out, err, out_again, err_again;
   ASSERT_EQ(decode("--max-len-b 5", out, err), 0) << err;

@@ -600,6 +600,13 @@ class SourceEncoder {
         THPC_FAIL(name << ": line " << line << ": SentencePiece cannot encode it ("
                        << encoded_line.ToString() << ")");
       }
+      if (thpc::looks_encoded_into_pieces(lines[i]) && ++encoded_already_ == 1) {
+        std::cerr << "transformer_decode: warning: line " << line << " of " << name
+                  << " looks encoded into SentencePiece pieces already (its words start with "
+                  << "U+2581, '\xE2\x96\x81'): transformer_decode encodes raw text itself, "
+                  << "and pieces encoded again translate as noise; give the text before "
+                  << "spm_encode (spm_decode restores it)\n";
+      }
       if (too_long != nullptr) {
         (*too_long)[i] = static_cast<int>(pieces.size()) > longest_source_;
       } else if (static_cast<int>(pieces.size()) > longest_source_) {
@@ -615,6 +622,11 @@ class SourceEncoder {
   }
 
   void say_count(const std::string& name) const {
+    if (encoded_already_ > 1) {
+      std::cerr << "transformer_decode: warning: " << encoded_already_ << " lines of " << name
+                << " in all looked encoded into SentencePiece pieces already (the first said "
+                << "above)\n";
+    }
     if (truncated_ > kTruncationsSaid) {
       std::cerr << "transformer_decode: warning: " << truncated_ << " lines of " << name
                 << " in all were truncated to " << longest_source_ << " tokens (the first "
@@ -629,6 +641,7 @@ class SourceEncoder {
   int longest_source_;
   std::string positions_said_;
   int64_t truncated_ = 0;
+  int64_t encoded_already_ = 0;  // lines that looked like spm_encode's output
 };
 
 // A --dump-lines number beyond the input (`buffer`: --dump-lines reads it whole) is a

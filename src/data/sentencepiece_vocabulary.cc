@@ -1,5 +1,8 @@
 #include "data/sentencepiece_vocabulary.h"
 
+#include <algorithm>
+#include <string>
+
 #include "common/error.h"
 
 namespace thpc {
@@ -48,6 +51,21 @@ std::string added_specials_text(const SentencePieceVocabulary& vocabulary) {
   }
   return "it has no " + lacked + " piece: " + given + ", after its " +
          std::to_string(vocabulary.pieces) + " pieces";
+}
+
+bool looks_encoded_into_pieces(const std::string& line) {
+  static const std::string kWordMark = "\xE2\x96\x81";  // U+2581
+  int words = 0, marked = 0;
+  size_t at = 0;
+  while (at < line.size()) {
+    const size_t start = line.find_first_not_of(" \t", at);
+    if (start == std::string::npos) break;
+    const size_t end = std::min(line.find_first_of(" \t", start), line.size());
+    ++words;
+    if (line.compare(start, kWordMark.size(), kWordMark) == 0) ++marked;
+    at = end;
+  }
+  return words >= 2 && 2 * marked > words;
 }
 
 }  // namespace thpc

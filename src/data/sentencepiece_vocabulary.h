@@ -41,4 +41,10 @@ std::string piece_of(const sentencepiece::SentencePieceProcessor& model,
 // id 8000 and bos 8001, after its 8000 pieces".
 std::string added_specials_text(const SentencePieceVocabulary& vocabulary);
 
+// Whether `line` reads as spm_encode's output rather than text: at least two words, and
+// most of them starting with SentencePiece's word mark U+2581. Text has the mark rarely,
+// if ever; fairseq's habit is to encode, then translate (and score) the pieces, which
+// transformer_decode would encode again and BLEU would score as words (a helper's walk).
+bool looks_encoded_into_pieces(const std::string& line);
+
 }  // namespace thpc
