@@ -759,7 +759,15 @@ TEST_F(ConfigFiles, EveryBadValueIsSaidAtOnce) {
 
 TEST_F(ConfigFiles, RepeatedKeyNamesKeyAndFile) {
   const std::string path = write_ini("repeated.ini", "[model]\nlayers = 2\nlayers = 3\n");
-  expect_error([&] { load_config(path); }, {"repeated.ini", "model.layers", "more than once"});
+  expect_error([&] { load_config(path); },
+               {"repeated.ini: model.layers: given more than once (lines 2 and 3); keep the "
+                "one you mean"});
+  // In two sections of the same name, three times (a helper's walk: no line was said).
+  const std::string sections = write_ini(
+      "sections.ini", "[model]\nd_model = 64\n[train]\nseed = 2\n[model]\nd_model = 32\n"
+                      "d_model = 16\n");
+  expect_error([&] { load_config(sections); },
+               {"sections.ini: model.d_model: given more than once (lines 2, 6 and 7)"});
 }
 
 TEST_F(ConfigFiles, InvalidLineNamesFile) {

@@ -30,6 +30,7 @@
 #include "common/still_working.h"
 #include "io/atomic_file.h"
 #include "io/hdf5.h"
+#include "io/run_file_names.h"
 
 namespace thpc {
 namespace {
@@ -1036,13 +1037,31 @@ Checkpoint read_checkpoint(const std::string& path, CheckpointParts parts) {
 
 namespace {
 
+// For a run directory given where a checkpoint file is asked for (fairseq's tools take a
+// file too, but a user may expect a directory's newest): ": give one of its files, e.g.
+// DIR/step_N.h5 (its newest step)", or "" when it holds no step file.
+std::string newest_step_file_text(const std::string& dir) {
+  std::error_code error;
+  int64_t newest = -1;
+  std::string newest_path;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
+    const int64_t step = step_of_file_name(entry.path().filename().string());
+    if (step > newest) {
+      newest = step;
+      newest_path = entry.path().string();
+    }
+  }
+  return newest < 0 ? "" : ": give one of its files, e.g. " + newest_path + " (its newest step)";
+}
+
 Checkpoint read_checkpoint_unguarded(const std::string& path, CheckpointParts parts) {
   const Named reader(path);
   std::error_code error;
   if (!fs::is_regular_file(path, error)) {
     // A checkpoint is read by size and offsets: a pipe or device is not one (before, a
     // FIFO or /dev/null that exists read "no such file").
-    reader.fail(fs::is_directory(path, error) ? "a directory, not a checkpoint file"
+    reader.fail(fs::is_directory(path, error) ? "a directory, not a checkpoint file" +
+                                                    newest_step_file_text(path)
                 : fs::exists(path, error)     ? "not a regular file, so not a checkpoint file"
                                               : "no such file");
   }

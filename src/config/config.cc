@@ -244,7 +244,17 @@ Config resolve(const std::string& ini_path, std::istream& stream, po::variables_
   } catch (const Error&) {
     throw;
   } catch (const po::multiple_occurrences& error) {
-    THPC_FAIL(ini_path << ": " << key_name(error) << ": given more than once");
+    // Where, as an unknown key is said (a helper's walk: two [model] sections each with
+    // d_model, and no line to look at).
+    const std::string key = key_name(error);
+    const std::deque<int> at = key_lines(ini_text)[key];
+    std::string where;
+    for (size_t i = 0; require_keys && at.size() > 1 && i < at.size(); ++i) {
+      where += (i == 0 ? " (lines " : i + 1 == at.size() ? " and " : ", ") + std::to_string(at[i]);
+    }
+    if (!where.empty()) where += ")";
+    THPC_FAIL(ini_path << ": " << key << ": given more than once" << where
+                       << "; keep the one you mean");
   } catch (const po::invalid_config_file_syntax& error) {
     THPC_FAIL(ini_path << ": invalid line " << quoted(error.tokens())
                        << " (expected 'key = value' or '[section]')");

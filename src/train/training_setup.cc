@@ -309,7 +309,10 @@ void check_checkpoint_resumes_this_run(const Checkpoint& checkpoint, const std::
     std::ostringstream message;
     message << "checkpoint " << path << ": written with train.seed " << checkpoint.seed << ", "
             << (typed ? "the command line gives" : config.source_file + " has") << " train.seed "
-            << config.train.seed << " (a resumed run keeps its seed)";
+            << config.train.seed << " (a resumed run keeps its seed): "
+            << (typed ? "leave --train.seed out" : "set train.seed = " +
+                                                       std::to_string(checkpoint.seed))
+            << " to resume it, or give a run of another seed another checkpoint.dir";
     throw ConfigurationError(message.str());
   }
   if (checkpoint.adam_m.empty() || checkpoint.adam_v.empty()) {
