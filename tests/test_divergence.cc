@@ -956,6 +956,15 @@ TEST_F(DivergenceTest, AveragingRefusesAbandonedOrRepeatedInputsAndWarnsOfAnothe
                              "different runs"),
             std::string::npos)
       << runs.output;
+  // ... and of another architecture: the error alone, one line (before: this warning first).
+  other.architecture += " d_ff=7";
+  write_checkpoint(path("other/step_00000005.h5"), other);
+  const ProcessResult shapes = average(path("step_00000001.h5") + " " + path("other/step_00000005.h5"));
+  EXPECT_EQ(shapes.exit_code, 1) << shapes.output;
+  EXPECT_NE(shapes.output.find("cannot average checkpoints of different architectures"),
+            std::string::npos)
+      << shapes.output;
+  EXPECT_EQ(shapes.output.find("different runs"), std::string::npos) << shapes.output;
   // An average among the inputs: averaged, and said (its checkpoints weigh again).
   const ProcessResult of_average =
       run_process(kAverager + " --inputs " + path("average.h5") + " " + path("step_00000001.h5") +

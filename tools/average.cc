@@ -253,7 +253,6 @@ int main(int argc, char** argv) {
     return arguments;
   };
   const auto run = [](const Arguments& command) {
-    warn_of_other_runs(command.paths);
     thpc::tools::StageProgress progress("transformer_average");
     thpc::Checkpoint average;
     try {
@@ -282,6 +281,9 @@ int main(int argc, char** argv) {
                                           : " with a smaller --best") +
                         ", or name the checkpoints to average: --inputs FILE FILE ...)");
     }
+    // Once the average is made: checkpoints that cannot be averaged (other shapes) are one
+    // line, their error, not this warning first (a helper's walk).
+    warn_of_other_runs(command.paths);
     for (const std::string& path : command.averages) {
       // (read again: such inputs are few, and the header does not tell the two apart)
       if (!thpc::read_checkpoint(path, thpc::CheckpointParts::ParamsOnly).quantized.empty()) {

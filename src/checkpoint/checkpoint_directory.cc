@@ -337,7 +337,9 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths,
         spm_model_source = paths[index];
       } else if (current.spm_model != spm_model) {
         THPC_FAIL("cannot average checkpoints of different SentencePiece models: "
-                  << spm_model_source << " and " << paths[index]);
+                  << spm_model_source << " and " << paths[index] << " (the same token id is "
+                  << "another piece in each); average checkpoints of runs on one "
+                  << "preprocessed corpus (data.dir)");
       }
     } else if (without_model_source.empty() && trained_on_the_synthetic_task(current)) {
       without_model_source = paths[index];
