@@ -50,6 +50,7 @@
 #include "file_bytes.h"
 #include "program.h"
 #include "scratch_directory.h"
+#include "spm_model.h"
 
 namespace thpc {
 namespace {
@@ -2162,8 +2163,36 @@ TEST_F(CheckpointTest, SentencePieceModelIsStoredCheckedAndAveraged) {
   other.spm_model[3] = 'P';
   write_checkpoint(path("other.h5"), other);
   expect_error([&] { average_checkpoints({path("ckpt/step_00000010.h5"), path("other.h5")}); },
-               {"different SentencePiece models", path("ckpt/step_00000010.h5"),
+               {"different SentencePiece vocabularies", path("ckpt/step_00000010.h5"),
                 path("other.h5")});
+  // Judged as vocabularies, as a resume's shards are: two models of one text (trained from
+  // copies under two names, their bytes other) are averaged; another text's refused, its
+  // difference said (a review's finding: byte for byte, a run resumed on a retrained model
+  // could not average across its resume).
+  std::string text, other_text;
+  for (int i = 0; i < 200; ++i) {
+    text += "the dog runs in the park number " + std::to_string(i % 17) + "\n";
+    other_text += "ein Hund läuft im Garten Nummer " + std::to_string(i % 13) + "\n";
+  }
+  std::ofstream(path("a.txt")) << text;
+  std::ofstream(path("a_copy.txt")) << text;
+  std::ofstream(path("b.txt")) << other_text;
+  for (const std::string name : {"a", "a_copy", "b"}) {
+    ASSERT_TRUE(train_test_spm_model(path(name + ".txt"), path(name), 40).ok());
+  }
+  Checkpoint of_a = with_spm, of_a_copy = with_spm, of_b = with_spm;
+  of_a.spm_model = read_file(path("a.model"));
+  of_a_copy.spm_model = read_file(path("a_copy.model"));
+  of_b.spm_model = read_file(path("b.model"));
+  ASSERT_NE(of_a.spm_model, of_a_copy.spm_model);
+  write_checkpoint(path("of_a.h5"), of_a);
+  write_checkpoint(path("of_a_copy.h5"), of_a_copy);
+  write_checkpoint(path("of_b.h5"), of_b);
+  EXPECT_EQ(average_checkpoints({path("of_a.h5"), path("of_a_copy.h5")}).spm_model, of_a.spm_model);
+  expect_error([&] { average_checkpoints({path("of_a.h5"), path("of_b.h5")}); },
+               {"cannot average checkpoints of different SentencePiece vocabularies: " +
+                    path("of_a.h5") + " and " + path("of_b.h5") + " (",
+                "); average checkpoints of runs on one preprocessed corpus (data.dir)"});
   // Nor those of two directions, which one vocabulary serves (a checkpoint that records
   // none fits any); the average records the inputs' direction.
   Checkpoint en_de = with_spm, de_en = with_spm;

@@ -1981,16 +1981,18 @@ TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
   // words (before: "no such file", and SentencePiece's "Internal: ...cc(1101) [...]").
   const fs::path text = dir_ / "not_a_model.txt";
   std::ofstream(text) << "A dog runs.\n";
-  // A run directory names its newest step's file (a helper's walk: fairseq users give one).
+  // A run directory names its newest healthy step's file (a helper's walk: fairseq users
+  // give one), not a newer damaged or diverged one.
   const fs::path run = dir_ / "a_run";
   fs::create_directories(run);
+  fs::copy_file(dir_ / "model.h5", run / "step_00000010.h5");
   std::ofstream(run / "step_00000003.h5") << "x";
-  std::ofstream(run / "step_00000010.h5") << "x";
+  std::ofstream(run / "step_00000012.h5") << "damaged";
   for (const auto& [arguments, message] : std::vector<std::pair<std::string, std::string>>{
            {"--checkpoint " + dir_.string(), dir_.string() + ": a directory, not a checkpoint"},
            {"--checkpoint " + run.string(),
             run.string() + ": a directory, not a checkpoint file: give one of its files, e.g. " +
-                (run / "step_00000010.h5").string() + " (its newest step)"},
+                (run / "step_00000010.h5").string() + " (its newest healthy step)"},
            // (before: "no such file" for a device or a pipe that is there)
            {"--checkpoint /dev/null", "/dev/null: not a regular file, so not a checkpoint file"},
            {"--checkpoint " + (dir_ / "model.h5").string() + " --spm-model " + text.string(),

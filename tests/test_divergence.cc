@@ -571,8 +571,9 @@ TEST_F(DivergenceTest, AnAbandonedBranchsCheckpointsAreMovedAsideNotWrittenOver)
   std::ostringstream branch_log;
   Trainer branch(small_config(dir, from_ten));
   ASSERT_EQ(branch.run(branch_log), RunEnd::Finished) << branch_log.str();
-  EXPECT_NE(branch_log.str().find("moved " + dir + "/step_00000015.h5 (superseded, of another "
-                                  "branch) into " + aside + "/step_00000015.h5"),
+  EXPECT_NE(branch_log.str().find("moved " + dir + "/step_00000015.h5 (marked superseded) "
+                                  "into " + aside + "/step_00000015.h5: this run writes its "
+                                  "step 15 anew"),
             std::string::npos)
       << branch_log.str();
   EXPECT_TRUE(weights(aside + "/step_00000015.h5") == first15);

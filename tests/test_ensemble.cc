@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "data/sentencepiece_vocabulary.h"
 #include "decode/beam_search.h"
 #include "decode/ensemble.h"
 #include "decode_oracles.h"

@@ -146,6 +146,18 @@ TEST_F(RunDirectory, AnotherRunsCheckpointDirectoryIsNoMetricsDirectory) {
                                            "--train.metrics_dir=" + first.string());
   EXPECT_EQ(own.output.find("holds 1 checkpoint file of another run"), std::string::npos)
       << own.output;
+  // An average (of no run) or a damaged file there is no other run's (a review's finding:
+  // a run's own averages beside its metrics were refused so).
+  const fs::path kept = directory_ / "kept";
+  fs::create_directories(kept);
+  const ProcessResult averaged = run_process(
+      thpc::binary_dir() + "/transformer_average --inputs " + (first / "step_00000003.h5").string() +
+      " --output " + (kept / "average_last1.h5").string());
+  ASSERT_EQ(averaged.exit_code, 0) << averaged.output;
+  std::ofstream(kept / "step_00000001.h5.corrupt") << "damaged";
+  const ProcessResult beside = train("third", "--train.max_steps=1 --train.metrics_dir=" +
+                                                  kept.string());
+  EXPECT_EQ(beside.exit_code, 0) << beside.output;
 }
 
 TEST_F(RunDirectory, OverwriteDeletesTheEarlierRunsFilesFirst) {

@@ -480,9 +480,9 @@ TEST(UserErrors, TheDryRunLooksAtTheRunDirectoryAsTrainingDoesAndChangesNothing)
   // a model that contradicts the run's checkpoint is the configuration's error, exit 2 as
   // the others (before: 1, as for a damaged checkpoint).
   both_refuse("--checkpoint.dir=" + run + " --checkpoint.resume=auto --train.seed=7", 2,
-              ", the command line gives train.seed 7 (a resumed run keeps its seed): leave "
-              "--train.seed out to resume it, or give a run of another seed another "
-              "checkpoint.dir");
+              ", the command line gives train.seed 7 (a resumed run keeps its seed): give "
+              "train.seed = 1 to resume it, or start a run of seed 7 from its parameters with "
+              "checkpoint.init = ");
   both_refuse("--checkpoint.dir=" + run + " --checkpoint.resume=auto --model.d_ff=64", 2,
               "architecture mismatch: model.d_ff is ");
   // A symbolic link to nothing as the directory, a directory as the metrics file (before:

@@ -1039,19 +1039,23 @@ namespace {
 
 // For a run directory given where a checkpoint file is asked for (fairseq's tools take a
 // file too, but a user may expect a directory's newest): ": give one of its files, e.g.
-// DIR/step_N.h5 (its newest step)", or "" when it holds no step file.
+// DIR/step_N.h5 (its newest healthy step)", or "" when it holds no healthy step file (a
+// diverged one would be refused next; a review's finding).
 std::string newest_step_file_text(const std::string& dir) {
   std::error_code error;
-  int64_t newest = -1;
-  std::string newest_path;
+  std::vector<std::pair<int64_t, std::string>> steps;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
     const int64_t step = step_of_file_name(entry.path().filename().string());
-    if (step > newest) {
-      newest = step;
-      newest_path = entry.path().string();
+    if (step >= 0) steps.emplace_back(step, entry.path().string());
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  for (const auto& [step, path] : steps) {
+    const std::optional<CheckpointSummary> summary = read_checkpoint_summary(path);
+    if (summary && summary->state == CheckpointState::Healthy) {
+      return ": give one of its files, e.g. " + path + " (its newest healthy step)";
     }
   }
-  return newest < 0 ? "" : ": give one of its files, e.g. " + newest_path + " (its newest step)";
+  return "";
 }
 
 Checkpoint read_checkpoint_unguarded(const std::string& path, CheckpointParts parts) {

@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "config/config.h"
+#include "data/sentencepiece_vocabulary.h"
 
 namespace thpc {
 
@@ -335,11 +336,15 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths,
       if (spm_model.empty()) {
         spm_model = current.spm_model;
         spm_model_source = paths[index];
-      } else if (current.spm_model != spm_model) {
-        THPC_FAIL("cannot average checkpoints of different SentencePiece models: "
-                  << spm_model_source << " and " << paths[index] << " (the same token id is "
-                  << "another piece in each); average checkpoints of runs on one "
-                  << "preprocessed corpus (data.dir)");
+      } else if (const std::string difference = sentencepiece_vocabulary_difference(
+                     spm_model, spm_model_source, current.spm_model, paths[index]);
+                 !difference.empty()) {
+        // As vocabularies, as the trainer judges a resume's shards: a model retrained to
+        // the same pieces (its bytes other) is one vocabulary (a review's finding: such a
+        // run's checkpoints before and after its resume were refused).
+        THPC_FAIL("cannot average checkpoints of different SentencePiece vocabularies: "
+                  << spm_model_source << " and " << paths[index] << " (" << difference
+                  << "); average checkpoints of runs on one preprocessed corpus (data.dir)");
       }
     } else if (without_model_source.empty() && trained_on_the_synthetic_task(current)) {
       without_model_source = paths[index];

@@ -41,6 +41,11 @@ std::string piece_of(const sentencepiece::SentencePieceProcessor& model,
 // id 8000 and bos 8001, after its 8000 pieces".
 std::string added_specials_text(const SentencePieceVocabulary& vocabulary);
 
+// Where two serialized SentencePiece models differ as vocabularies, e.g. "piece 57 is
+// '▁dog' in A, '▁cat' in B" (`a_name`, `b_name` name them); empty when they are one.
+std::string sentencepiece_vocabulary_difference(const std::string& a, const std::string& a_name,
+                                                const std::string& b, const std::string& b_name);
+
 // Whether `line` reads as spm_encode's output rather than text: at least two words, and
 // most of them starting with SentencePiece's word mark U+2581. Text has the mark rarely,
 // if ever; fairseq's habit is to encode, then translate (and score) the pieces, which

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "data/sentencepiece_vocabulary.h"
 #include "model/checkpoint_params.h"
 
 namespace thpc {
@@ -244,61 +245,6 @@ std::string ensemble_vocabulary_mismatch(const DecodingCheckpoints& members,
       why << (first_stores ? first_path : other_path) << " stores its SentencePiece model, "
           << (first_stores ? other_path : first_path)
           << " does not: give --spm-model FILE, the vocabulary both were trained with";
-    } else {
-      continue;
-    }
-    return why.str();
-  }
-  return "";
-}
-
-std::string sentencepiece_vocabulary_difference(const std::string& a, const std::string& a_name,
-                                                const std::string& b, const std::string& b_name) {
-  if (a == b) return "";
-  sentencepiece::SentencePieceProcessor model_a, model_b;
-  const auto loaded_a = model_a.LoadFromSerializedProto(a);
-  if (!loaded_a.ok()) return "cannot load " + a_name + "'s: " + loaded_a.ToString();
-  const auto loaded_b = model_b.LoadFromSerializedProto(b);
-  if (!loaded_b.ok()) return "cannot load " + b_name + "'s: " + loaded_b.ToString();
-  std::ostringstream why;
-  if (model_a.GetPieceSize() != model_b.GetPieceSize()) {
-    why << model_a.GetPieceSize() << " pieces in " << a_name << ", " << model_b.GetPieceSize()
-        << " in " << b_name;
-    return why.str();
-  }
-  const std::pair<const char*, std::pair<int, int>> special[] = {
-      {"pad", {model_a.pad_id(), model_b.pad_id()}},
-      {"unk", {model_a.unk_id(), model_b.unk_id()}},
-      {"bos", {model_a.bos_id(), model_b.bos_id()}},
-      {"eos", {model_a.eos_id(), model_b.eos_id()}}};
-  for (const auto& [name, id] : special) {
-    if (id.first != id.second) {
-      why << "the " << name << " id is " << id.first << " in " << a_name << ", " << id.second
-          << " in " << b_name;
-      return why.str();
-    }
-  }
-  // What the pieces mean: the text, the type (normal, control, unknown, unused, byte),
-  // and the score the segmentation ranks by (a unigram log-probability or a BPE merge's
-  // rank).
-  const auto type_of = [](const sentencepiece::SentencePieceProcessor& model, int id) {
-    return model.IsControl(id)   ? "control"
-           : model.IsUnknown(id) ? "unknown"
-           : model.IsUnused(id)  ? "unused"
-           : model.IsByte(id)    ? "byte"
-                                 : "normal";
-  };
-  for (int id = 0; id < model_a.GetPieceSize(); ++id) {
-    if (model_a.IdToPiece(id) != model_b.IdToPiece(id)) {
-      why << "piece " << id << " is '" << model_a.IdToPiece(id) << "' in " << a_name << ", '"
-          << model_b.IdToPiece(id) << "' in " << b_name;
-    } else if (std::string(type_of(model_a, id)) != type_of(model_b, id)) {
-      why << "piece " << id << " '" << model_a.IdToPiece(id) << "' is " << type_of(model_a, id)
-          << " in " << a_name << ", " << type_of(model_b, id) << " in " << b_name;
-    } else if (model_a.GetScore(id) != model_b.GetScore(id)) {
-      why << "piece " << id << " '" << model_a.IdToPiece(id) << "' scores "
-          << model_a.GetScore(id) << " in " << a_name << ", " << model_b.GetScore(id) << " in "
-          << b_name;
     } else {
       continue;
     }

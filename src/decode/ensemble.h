@@ -120,9 +120,5 @@ DecodingCheckpoints read_decoding_checkpoints(const std::vector<std::string>& pa
 std::string ensemble_vocabulary_mismatch(const DecodingCheckpoints& members,
                                          bool spm_model_given);
 
-// Where two serialized SentencePiece models differ as vocabularies, e.g. "piece 57 is
-// '▁dog' in A, '▁cat' in B" (`a_name`, `b_name` name them); empty when they are one.
-std::string sentencepiece_vocabulary_difference(const std::string& a, const std::string& a_name,
-                                                const std::string& b, const std::string& b_name);
 
 }  // namespace thpc

@@ -167,9 +167,10 @@ std::string only_unhealthy_checkpoints(const std::string& dir) {
   return message.str();
 }
 
-// A checkpoint of another branch where this step's is to be written (`path`): marked
-// superseded by a resume or a rollback to an earlier step, or diverged, at a step the new
-// branch reaches again (every checkpoint.every_steps steps, both branches save the same
+// A checkpoint marked superseded or diverged where this step's is to be written (`path`):
+// another branch's, marked by a resume or a rollback to an earlier step, at a step the new
+// branch reaches again (or this run's own, marked diverged by a validation that failed
+// after a resume, and saved again) (every checkpoint.every_steps steps, both branches save the same
 // steps). It moves into DIR/abandoned_branches/ (NAME.2.h5, ... when taken) instead of
 // being written over: before, a resume from an earlier checkpoint of the directory lost
 // the abandoned branch's later checkpoints one by one as it reached their steps, though
@@ -194,13 +195,15 @@ std::string move_abandoned_checkpoint_aside(const std::string& path, const std::
   if (!error) fs::rename(path, to, error);
   std::ostringstream line;
   if (error) {
-    line << "warning: cannot move " << path << " (" << checkpoint_state_name(summary->state)
-         << ", of another branch) into " << folder.string() << " (" << error.message()
-         << "): this step's checkpoint is written over it\n";
+    line << "warning: cannot move " << path << " (marked "
+         << checkpoint_state_name(summary->state) << ") into " << folder.string() << " ("
+         << error.message() << "): this step's checkpoint is written over it\n";
   } else {
-    line << "moved " << path << " (" << checkpoint_state_name(summary->state) << ", of "
-         << "another branch) into " << to.string() << ": this branch writes its own step "
-         << summary->step << " (kept there; checkpoint.keep prunes " << dir << " alone)\n";
+    // (Not always another branch's: a resumed checkpoint whose interrupted validation
+    // diverged is marked so, and saved again at its step.)
+    line << "moved " << path << " (marked " << checkpoint_state_name(summary->state)
+         << ") into " << to.string() << ": this run writes its step " << summary->step
+         << " anew (kept there; checkpoint.keep prunes " << dir << " alone)\n";
   }
   return line.str();
 }

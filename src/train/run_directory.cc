@@ -1084,8 +1084,13 @@ std::string metrics_dir_of_another_runs_checkpoints(const Config& config,
   for (const fs::directory_entry& entry : fs::directory_iterator(metrics_dir, error)) {
     const std::string path = entry.path().string();
     if (!is_run_checkpoint_file(path)) continue;
+    // As foreign_run_files judges them: a file of another run's id. Averages (no id),
+    // files older than ids and unreadable ones (step_*.h5.corrupt) are no other run's:
+    // this run's averages left in its metrics directory, a review's finding.
     const std::optional<CheckpointSummary> summary = read_checkpoint_summary(path);
-    if (!summary || summary->run_id != run_id) theirs.push_back(path);
+    if (summary && !summary->run_id.empty() && summary->run_id != run_id) {
+      theirs.push_back(path);
+    }
   }
   if (theirs.empty()) return "";
   std::sort(theirs.begin(), theirs.end());

@@ -6,6 +6,7 @@
 #include "backend/factory.h"
 #include "common/error.h"
 #include "common/sha256.h"
+#include "data/sentencepiece_vocabulary.h"
 #include "data/synthetic.h"
 #include "decode/beam_search.h"
 #include "decode/ensemble.h"
@@ -309,10 +310,10 @@ void check_checkpoint_resumes_this_run(const Checkpoint& checkpoint, const std::
     std::ostringstream message;
     message << "checkpoint " << path << ": written with train.seed " << checkpoint.seed << ", "
             << (typed ? "the command line gives" : config.source_file + " has") << " train.seed "
-            << config.train.seed << " (a resumed run keeps its seed): "
-            << (typed ? "leave --train.seed out" : "set train.seed = " +
-                                                       std::to_string(checkpoint.seed))
-            << " to resume it, or give a run of another seed another checkpoint.dir";
+            << config.train.seed << " (a resumed run keeps its seed): give train.seed = "
+            << checkpoint.seed << " to resume it, or start a run of seed " << config.train.seed
+            << " from its parameters with checkpoint.init = " << path
+            << " and another checkpoint.dir";
     throw ConfigurationError(message.str());
   }
   if (checkpoint.adam_m.empty() || checkpoint.adam_v.empty()) {

@@ -13,6 +13,7 @@
 
 #include "backend/factory.h"
 #include "common/error.h"
+#include "data/sentencepiece_vocabulary.h"
 #include "decode/ensemble.h"
 #include "distributed/rank_failures.h"
 #include "model/checkpoint_params.h"
