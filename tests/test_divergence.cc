@@ -525,23 +525,38 @@ TEST_F(DivergenceTest, AResumeBackToAnAbandonedBranchLeavesTheOtherOne) {
                                   "checkpoint.keep=10", "checkpoint.average_last=3",
                                   "checkpoint.resume=" + dir + "/step_00000030.h5"}));
   ASSERT_EQ(back.run(back_log), RunEnd::Finished) << back_log.str();
+  // The first branch's 15 and 20 come back from abandoned_branches/, the other branch's
+  // going there in turn (before: the other's stayed, superseded, and the first's aside).
   const std::map<std::string, CheckpointState> expected = {
       {"step_00000005.h5", CheckpointState::Healthy},
       {"step_00000010.h5", CheckpointState::Healthy},
-      {"step_00000015.h5", CheckpointState::Superseded},  // the other branch's
-      {"step_00000020.h5", CheckpointState::Superseded},
+      {"step_00000015.h5", CheckpointState::Healthy},
+      {"step_00000020.h5", CheckpointState::Healthy},
       {"step_00000025.h5", CheckpointState::Healthy},  // led to 30: healthy again
       {"step_00000030.h5", CheckpointState::Healthy},
       {"step_00000035.h5", CheckpointState::Healthy}};
   EXPECT_EQ(states_in(dir), expected) << back_log.str();
+  EXPECT_EQ(read_checkpoint(dir + "/step_00000020.h5").lineage.size(), 1u);  // the first's
+  EXPECT_EQ(read_checkpoint(dir + "/abandoned_branches/step_00000020.h5").lineage.size(), 2u);
+  EXPECT_EQ(states_in(dir + "/abandoned_branches"),
+            (std::map<std::string, CheckpointState>{
+                {"step_00000015.h5", CheckpointState::Superseded},
+                {"step_00000020.h5", CheckpointState::Superseded}}))
+      << back_log.str();
+  EXPECT_NE(back_log.str().find("moved " + dir + "/abandoned_branches/step_00000015.h5 back to " +
+                                dir + "/step_00000015.h5: the resume to step 30 continues its "
+                                "branch"),
+            std::string::npos)
+      << back_log.str();
   EXPECT_NE(back_log.str().find("marked checkpoint " + dir + "/step_00000025.h5 healthy again: "
                                 "the resume to step 30 continues its branch"),
             std::string::npos)
       << back_log.str();
   EXPECT_NE(back_log.str().find("average of the last 3 checkpoints"), std::string::npos)
       << back_log.str();
-  EXPECT_EQ(newest_healthy_checkpoints(dir, 3),
-            (std::vector<std::string>{dir + "/step_00000025.h5", dir + "/step_00000030.h5",
+  EXPECT_EQ(newest_healthy_checkpoints(dir, 5),
+            (std::vector<std::string>{dir + "/step_00000015.h5", dir + "/step_00000020.h5",
+                                      dir + "/step_00000025.h5", dir + "/step_00000030.h5",
                                       dir + "/step_00000035.h5"}));
 }
 

@@ -179,7 +179,8 @@ std::string only_unhealthy_checkpoints(const std::string& dir) {
 // alone, and checkpoint.resume=PATH continues one. Returns the line to log, or a warning
 // when the move fails (then the file is written over, as before: the run goes on).
 // Healthy files and files of no checkpoint are left to the write, as before.
-std::string move_abandoned_checkpoint_aside(const std::string& path, const std::string& dir) {
+std::string move_abandoned_checkpoint_aside(const std::string& path, const std::string& dir,
+                                            const std::string& because) {
   namespace fs = std::filesystem;
   std::error_code error;
   if (!fs::is_regular_file(path, error)) return "";
@@ -202,8 +203,8 @@ std::string move_abandoned_checkpoint_aside(const std::string& path, const std::
     // (Not always another branch's: a resumed checkpoint whose interrupted validation
     // diverged is marked so, and saved again at its step.)
     line << "moved " << path << " (marked " << checkpoint_state_name(summary->state)
-         << ") into " << to.string() << ": this run writes its step " << summary->step
-         << " anew (kept there; checkpoint.keep prunes " << dir << " alone)\n";
+         << ") into " << to.string() << ": " << because << " (kept there; checkpoint.keep "
+         << "prunes " << dir << " alone)\n";
   }
   return line.str();
 }
@@ -263,7 +264,9 @@ std::string CheckpointKeeping::save(Checkpoint state, double copy_seconds, std::
       config_.checkpoint.minutes == 0 ? config_.checkpoint.every_steps : 0;
   const int64_t last_step = config_.train.max_steps;
   // On this thread, before a background write starts: the file is read and moved at once.
-  log << move_abandoned_checkpoint_aside(path, dir) << std::flush;
+  log << move_abandoned_checkpoint_aside(
+             path, dir, "this run writes its step " + std::to_string(state.step) + " anew")
+      << std::flush;
   if (!writes_in_background()) {
     log << write_and_prune(path, state, fill_state, copy_seconds, dir, keep, schedule,
                            last_step, false)
@@ -549,6 +552,63 @@ void CheckpointKeeping::follow_resumed_branch(const std::string& run_id,
   const std::string back = "the resume to step " + std::to_string(step) + " continues its branch";
   for (const std::string& path : changes.restore) {
     mark_saying_why(path, CheckpointState::Healthy, log, back);
+  }
+  bring_back_set_aside_steps(run_id, lineage, step, log);
+}
+
+void CheckpointKeeping::bring_back_set_aside_steps(const std::string& run_id,
+                                                   const std::vector<BranchStart>& lineage,
+                                                   int64_t step, std::ostream& log) const {
+  namespace fs = std::filesystem;
+  const std::string dir = config_.checkpoint.dir;
+  const fs::path folder = fs::path(dir) / kAbandonedBranchesFolder;
+  std::error_code error;
+  if (!fs::is_directory(folder, error)) return;
+  std::vector<std::string> set_aside;
+  for (const fs::directory_entry& entry : fs::directory_iterator(folder, error)) {
+    if (entry.is_regular_file(error)) set_aside.push_back(entry.path().string());
+  }
+  std::sort(set_aside.begin(), set_aside.end());
+  const std::string why = "the resume to step " + std::to_string(step) + " continues its branch";
+  for (const std::string& path : set_aside) {
+    const std::optional<CheckpointSummary> summary = read_checkpoint_summary(path);
+    if (!summary || (!summary->run_id.empty() && summary->run_id != run_id) ||
+        where_on_lineage(summary->branch, summary->run_id, summary->step, lineage, step) !=
+            OnLineage::Yes) {
+      continue;
+    }
+    const std::string home = (fs::path(dir) / checkpoint_file_name(summary->step)).string();
+    std::string from = path;
+    if (fs::exists(home, error)) {
+      // The branch left now has a file of that step (just marked superseded): it goes aside
+      // in turn, under this one's name, which this one leaves first (NAME.returning, still
+      // in the folder should the run stop in between). Any other file there (this branch's
+      // own, an unreadable one) stays, and so does this one.
+      const std::optional<CheckpointSummary> there = read_checkpoint_summary(home);
+      if (!there || there->state != CheckpointState::Superseded) continue;
+      from = path + ".returning";
+      fs::rename(path, from, error);
+      if (error) {
+        log << "warning: cannot move " << path << " back into " << dir << " ("
+            << error.message() << "): it stays there, out of the run's checkpoints" << std::endl;
+        continue;
+      }
+      log << move_abandoned_checkpoint_aside(home, dir, why + ", whose own step " +
+                                                            std::to_string(summary->step) +
+                                                            " comes back");
+      if (fs::exists(home, error)) {  // (could not be moved: said)
+        fs::rename(from, path, error);
+        continue;
+      }
+    }
+    fs::rename(from, home, error);
+    if (error) {
+      log << "warning: cannot move " << path << " back into " << dir << " (" << error.message()
+          << "): it stays there, out of the run's checkpoints" << std::endl;
+      continue;
+    }
+    log << "moved " << path << " back to " << home << ": " << why << std::endl;
+    mark_saying_why(home, CheckpointState::Healthy, log, why);
   }
 }
 

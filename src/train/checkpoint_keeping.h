@@ -127,9 +127,17 @@ class CheckpointKeeping {
   };
   BranchChanges branch_changes(const std::string& run_id,
                                const std::vector<BranchStart>& lineage, int64_t step) const;
-  // Makes them: each marked, a line each on `log`.
+  // Makes them: each marked, a line each on `log`; then bring_back_set_aside_steps.
   void follow_resumed_branch(const std::string& run_id, const std::vector<BranchStart>& lineage,
                              int64_t step, std::ostream& log);
+  // The checkpoints of DIR/abandoned_branches/ that the resumed one (at `step`, of lineage
+  // `lineage`) was trained through come back to their names in DIR, marked healthy, a line
+  // each; where the branch now left has a file of that name (marked superseded), it goes
+  // into the folder in turn. Before, a return to a branch left its steps that the other
+  // branch had saved over aside, and average_last missed them (a review's finding).
+  void bring_back_set_aside_steps(const std::string& run_id,
+                                  const std::vector<BranchStart>& lineage, int64_t step,
+                                  std::ostream& log) const;
   // The lineage of the checkpoints a run writes after restoring `from` (read from
   // `from_path`): its own when it is the newest checkpoint of its line of run `run_id` in
   // checkpoint.dir and beside `from_path` (the line goes on), else its own and a new line
