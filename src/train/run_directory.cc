@@ -92,6 +92,23 @@ bool remove_saying_why(const std::string& path, const std::string& why,
   return true;
 }
 
+// Whether the checkpoint file at `path` is of another run than `run_id`: it records
+// another run's id. Those without one (averages, files older than ids) and unreadable ones
+// are no other run's. A resumed run's judgement, and the metrics directory's.
+bool checkpoint_of_another_run(const std::string& path, const std::string& run_id) {
+  const std::optional<CheckpointSummary> summary = read_checkpoint_summary(path);
+  return summary && !summary->run_id.empty() && summary->run_id != run_id;
+}
+
+// The first three of `paths`, comma-separated, and ", ..." when there are more: what a
+// refusal names of the files it counts.
+std::string first_three_of(const std::vector<std::string>& paths) {
+  std::string listed;
+  for (size_t i = 0; i < paths.size() && i < 3; ++i) listed += (i ? ", " : "") + paths[i];
+  if (paths.size() > 3) listed += ", ...";
+  return listed;
+}
+
 }  // namespace
 
 std::string run_metrics_path(const Config& config, const std::string& run_id,
@@ -188,14 +205,9 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
     // best files and averages a run whose checkpoints are gone left there, which a new run
     // would write over)
     if (!is_run_checkpoint_file(name) || (found_nothing && lost_checkpoints == 0)) continue;
-    if (fresh) {
+    // A resumed run owns the files of its own id (and those written before ids were).
+    if (fresh || checkpoint_of_another_run(entry.path().string(), run_id)) {
       foreign.push_back(entry.path().string());
-    } else if (const std::optional<CheckpointSummary> summary =
-                   read_checkpoint_summary(entry.path().string())) {
-      // A resumed run owns the files of its own id (and those written before ids were).
-      if (!summary->run_id.empty() && summary->run_id != run_id) {
-        foreign.push_back(entry.path().string());
-      }
     }
   }
   // Record files that hold no value: a "run" record and a file-version record.
@@ -293,8 +305,7 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
           << " of another run";
   if (!fresh) message << " than the one resumed from " << resumed_from << " (run " << run_id << ")";
   message << " (";
-  for (size_t i = 0; i < foreign.size() && i < 3; ++i) message << (i ? ", " : "") << foreign[i];
-  if (foreign.size() > 3) message << ", ...";
+  message << first_three_of(foreign);
   message << "): a " << (fresh ? "new" : "resumed") << " run there would prune or replace them "
           << "and mix its metrics with theirs"
           << (found_nothing ? " (checkpoint.resume = " + options.resume + " found nothing to "
@@ -1051,8 +1062,7 @@ std::string another_branch_refusal(const Config& config, const std::string& run_
   message << "checkpoint.dir " << options.dir << " holds " << others.size() << " checkpoint"
           << (others.size() > 1 ? "s" : "") << " of this run (" << run_id << ") that a resume "
           << "from " << resumed_from << " (step " << resumed_step << ") would abandon: ";
-  for (size_t i = 0; i < others.size() && i < 3; ++i) message << (i ? ", " : "") << others[i];
-  if (others.size() > 3) message << ", ...";
+  message << first_three_of(others);
   message << " (trained there from that file before: a requeue of a job that resumes it, or "
           << "an earlier resume of it?); this one would mark them superseded (those of the "
           << "steps it reaches again moved into " << kAbandonedBranchesFolder << "/). Continue "
@@ -1083,12 +1093,9 @@ std::string metrics_dir_of_another_runs_checkpoints(const Config& config,
   std::vector<std::string> theirs;
   for (const fs::directory_entry& entry : fs::directory_iterator(metrics_dir, error)) {
     const std::string path = entry.path().string();
-    if (!is_run_checkpoint_file(path)) continue;
-    // As foreign_run_files judges them: a file of another run's id. Averages (no id),
-    // files older than ids and unreadable ones (step_*.h5.corrupt) are no other run's:
-    // this run's averages left in its metrics directory, a review's finding.
-    const std::optional<CheckpointSummary> summary = read_checkpoint_summary(path);
-    if (summary && !summary->run_id.empty() && summary->run_id != run_id) {
+    // As a resumed run's files are judged: this run's averages left in its metrics
+    // directory (no id) and damaged files are no other run's (a review's finding).
+    if (is_run_checkpoint_file(path) && checkpoint_of_another_run(path, run_id)) {
       theirs.push_back(path);
     }
   }
@@ -1096,10 +1103,8 @@ std::string metrics_dir_of_another_runs_checkpoints(const Config& config,
   std::sort(theirs.begin(), theirs.end());
   std::ostringstream message;
   message << "train.metrics_dir " << config.train.metrics_dir << " holds " << theirs.size()
-          << " checkpoint file" << (theirs.size() > 1 ? "s" : "") << " of another run (";
-  for (size_t i = 0; i < theirs.size() && i < 3; ++i) message << (i ? ", " : "") << theirs[i];
-  if (theirs.size() > 3) message << ", ...";
-  message << "): it is another run's checkpoint.dir, and this run's metrics file and "
+          << " checkpoint file" << (theirs.size() > 1 ? "s" : "") << " of another run ("
+          << first_three_of(theirs) << "): it is another run's checkpoint.dir, and this run's metrics file and "
           << "TensorBoard events there would be read as that run's; give train.metrics_dir "
           << "a directory of its own, or leave it out (the metrics then go into "
           << "checkpoint.dir " << config.checkpoint.dir << ")";
