@@ -570,6 +570,10 @@ void CheckpointKeeping::bring_back_set_aside_steps(const std::string& run_id,
   }
   std::sort(set_aside.begin(), set_aside.end());
   const std::string why = "the resume to step " + std::to_string(step) + " continues its branch";
+  const auto cannot_bring_back = [&](const std::string& path) {
+    log << "warning: cannot move " << path << " back into " << dir << " (" << error.message()
+        << "): it stays in " << folder.string() << ", out of the run's checkpoints" << std::endl;
+  };
   for (const std::string& path : set_aside) {
     const std::optional<CheckpointSummary> summary = read_checkpoint_summary(path);
     if (!summary || (!summary->run_id.empty() && summary->run_id != run_id) ||
@@ -589,8 +593,7 @@ void CheckpointKeeping::bring_back_set_aside_steps(const std::string& run_id,
       from = path + ".returning";
       fs::rename(path, from, error);
       if (error) {
-        log << "warning: cannot move " << path << " back into " << dir << " ("
-            << error.message() << "): it stays there, out of the run's checkpoints" << std::endl;
+        cannot_bring_back(path);
         continue;
       }
       log << move_abandoned_checkpoint_aside(home, dir, why + ", whose own step " +
@@ -603,8 +606,7 @@ void CheckpointKeeping::bring_back_set_aside_steps(const std::string& run_id,
     }
     fs::rename(from, home, error);
     if (error) {
-      log << "warning: cannot move " << path << " back into " << dir << " (" << error.message()
-          << "): it stays there, out of the run's checkpoints" << std::endl;
+      cannot_bring_back(from);
       continue;
     }
     log << "moved " << path << " back to " << home << ": " << why << std::endl;
