@@ -83,20 +83,22 @@ cudaError_t allocate_pinned_memory(void** pointer, size_t bytes) {
   return cudaMallocHost(pointer, bytes);
 }
 
-void* Context::scratch(size_t bytes) {
-  if (bytes > scratch_bytes_) {
-    // Ops queued earlier may still read the old buffer; cudaFree waits for the device.
-    if (scratch_) {
-      THPC_CUDA_CHECK(free_device_memory(scratch_));
-      count_free(scratch_bytes_);
-    }
-    scratch_ = nullptr;
-    scratch_bytes_ = 0;
-    const size_t grown = (bytes + bytes / 4 + 255) / 256 * 256;  // +25%: fewer regrowths
-    THPC_CUDA_CHECK(cudaMalloc(&scratch_, grown));
-    count_allocation(grown);
-    scratch_bytes_ = grown;
+void Context::reallocate(void** buffer, size_t* buffer_bytes, size_t bytes) {
+  // Ops queued earlier may still read the old buffer; cudaFree waits for the device.
+  if (*buffer != nullptr) {
+    THPC_CUDA_CHECK(free_device_memory(*buffer));
+    count_free(*buffer_bytes);
   }
+  *buffer = nullptr;
+  *buffer_bytes = 0;
+  const size_t grown = (bytes + bytes / 4 + 255) / 256 * 256;  // +25%: fewer regrowths
+  THPC_CUDA_CHECK(cudaMalloc(buffer, grown));
+  count_allocation(grown);
+  *buffer_bytes = grown;
+}
+
+void* Context::scratch(size_t bytes) {
+  if (bytes > scratch_bytes_) reallocate(&scratch_, &scratch_bytes_, bytes);
   return scratch_;
 }
 
@@ -144,21 +146,14 @@ void Context::kept_vector_filled(size_t element_bytes) {
 }
 
 float* Context::side_sums(size_t count) {
-  if (count <= side_sums_count_ && side_sums_ != nullptr) return side_sums_;
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  THPC_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
-  if (capturing != cudaStreamCaptureStatusNone) return nullptr;
-  if (side_sums_ != nullptr) {
-    THPC_CUDA_CHECK(free_device_memory(side_sums_));  // waits for the side stream's reads
-    count_free(side_sums_count_ * sizeof(float));
+  const size_t bytes = sizeof(float) * count;
+  if (bytes > side_sums_bytes_ || side_sums_ == nullptr) {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    THPC_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
+    if (capturing != cudaStreamCaptureStatusNone) return nullptr;
+    reallocate(&side_sums_, &side_sums_bytes_, bytes);  // (the free waits for its reads)
   }
-  side_sums_ = nullptr;
-  side_sums_count_ = 0;
-  const size_t grown = (count + count / 4 + 63) / 64 * 64;  // +25%: fewer regrowths
-  THPC_CUDA_CHECK(cudaMalloc(&side_sums_, grown * sizeof(float)));
-  count_allocation(grown * sizeof(float));
-  side_sums_count_ = grown;
-  return side_sums_;
+  return static_cast<float*>(side_sums_);
 }
 
 void Context::fork_side() {

@@ -142,6 +142,10 @@ class Context {
   static constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;
 
  private:
+  // Replaces `*buffer` (of `*buffer_bytes`, counted) with at least `bytes` of device
+  // memory, 256-byte aligned, 25% more to grow less often: scratch()'s and side_sums()'.
+  void reallocate(void** buffer, size_t* buffer_bytes, size_t bytes);
+
   int device_ = 0;
   int multiprocessors_ = 1;
   CudaKernelChoice kernels_;
@@ -159,8 +163,8 @@ class Context {
   cudaStream_t side_stream_ = nullptr;  // and its events and workspace: weight_grads_beside
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
   void* side_lt_workspace_ = nullptr;
-  float* side_sums_ = nullptr;  // side_sums()'
-  size_t side_sums_count_ = 0;
+  void* side_sums_ = nullptr;  // side_sums()'
+  size_t side_sums_bytes_ = 0;
   int64_t allocated_bytes_ = 0, peak_allocated_bytes_ = 0;
   uint64_t frees_ = 0;
 };
