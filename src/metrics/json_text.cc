@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 
@@ -77,10 +78,11 @@ char32_t next_code_point(std::string_view text, size_t& at) {
   return code;
 }
 
-void append_escape(std::string& out, unsigned value) {
-  char text[8];
-  std::snprintf(text, sizeof text, "\\u%04x", value);
-  out += text;
+// `code_unit`: one UTF-16 code unit, so the escape is \uXXXX, four hex digits.
+void append_escape(std::string& out, uint16_t code_unit) {
+  constexpr char kHexDigits[] = "0123456789abcdef";  // lower case, as json.dumps
+  out += "\\u";
+  for (int shift = 12; shift >= 0; shift -= 4) out += kHexDigits[(code_unit >> shift) & 0xF];
 }
 
 }  // namespace
@@ -101,7 +103,7 @@ std::string json_string(std::string_view text, bool ensure_ascii) {
       default: break;
     }
     if (c < 0x20) {
-      append_escape(out, static_cast<unsigned>(c));
+      append_escape(out, static_cast<uint16_t>(c));
     } else if (c < 0x7F || !ensure_ascii) {  // json.dumps escapes DEL too
       if (c >= kEscapedByteBase + 0x80 && c <= kEscapedByteBase + 0xFF) {
         out += "\xEF\xBF\xBD";
@@ -110,10 +112,10 @@ std::string json_string(std::string_view text, bool ensure_ascii) {
       }
     } else if (c > 0xFFFF) {
       const char32_t offset = c - 0x10000;
-      append_escape(out, static_cast<unsigned>(0xD800 + (offset >> 10)));
-      append_escape(out, static_cast<unsigned>(0xDC00 + (offset & 0x3FF)));
+      append_escape(out, static_cast<uint16_t>(0xD800 + (offset >> 10)));
+      append_escape(out, static_cast<uint16_t>(0xDC00 + (offset & 0x3FF)));
     } else {
-      append_escape(out, static_cast<unsigned>(c));
+      append_escape(out, static_cast<uint16_t>(c));
     }
   }
   return out + "\"";
