@@ -121,6 +121,7 @@ TEST(OpenBlasCore, ACpuOpenBlasDoesNotKnowGetsTheBestKernelsItRuns) {
 TEST(OpenBlasCore, AvxTwoKernelsChosenOnAnAvx512CpuGetAdvice) {
   const auto described = [](const std::string& core, const std::string& forced, bool avx512) {
     OpenBlasChoice choice;
+    choice.library = "OpenBLAS 0.3.21";
     choice.core = core;
     choice.variable_set = !forced.empty();
     choice.forced = forced;
@@ -138,6 +139,12 @@ TEST(OpenBlasCore, AvxTwoKernelsChosenOnAnAvx512CpuGetAdvice) {
   EXPECT_EQ(described("SkylakeX", "SkylakeX", true),
             "OpenBLAS SkylakeX kernels, set by OPENBLAS_CORETYPE=SkylakeX");
   EXPECT_EQ(described("Haswell", "", true), "OpenBLAS Haswell kernels");
+  // A name OpenBLAS did not take (an x86-64 core's on an aarch64 node: OpenBLAS 0.3.21
+  // fell back to its generic armv8 kernels where it chose neoversen1 unset).
+  EXPECT_EQ(described("armv8", "Haswell", false),
+            "OpenBLAS armv8 kernels, set by OPENBLAS_CORETYPE=Haswell, a name OpenBLAS 0.3.21 "
+            "does not take here: it fell back to these kernels instead of choosing this CPU's; "
+            "unset OPENBLAS_CORETYPE");
 }
 
 TEST(OpenBlasCore, KernelsChosenForACpuOpenBlasDoesNotKnowAreExplained) {

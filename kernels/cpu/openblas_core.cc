@@ -181,6 +181,13 @@ std::string kernels_description(const OpenBlasChoice& choice) {
            choice.fallback + " kernels (set OPENBLAS_CORETYPE to choose others)";
   }
   description += ", set by OPENBLAS_CORETYPE=" + choice.forced;
+  // A name this OpenBLAS does not have (another architecture's, as an x86-64 "Haswell" on
+  // an aarch64 node, or a misspelling): it falls back to generic kernels instead of
+  // choosing this CPU's own, as it would without the variable.
+  if (!choice.forced.empty() && lowercase(choice.core) != lowercase(choice.forced)) {
+    return description + ", a name " + choice.library + " does not take here: it fell back " +
+           "to these kernels instead of choosing this CPU's; unset OPENBLAS_CORETYPE";
+  }
   // The AVX2 kernels (OpenBLAS names Zen's after Haswell's) where AVX-512 ones would run.
   if (choice.cpu_runs_avx512 && (choice.core == "Haswell" || choice.core == "Zen")) {
     description += ": this CPU has AVX-512, unset OPENBLAS_CORETYPE for faster matrix products";
