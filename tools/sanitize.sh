@@ -29,17 +29,17 @@ if [ "${1:-}" = --threads ]; then
 fi
 build=${BUILD_ASAN:-build-asan}
 [ "$threads" = 1 ] && build=${BUILD_TSAN:-build-tsan}
-left_out='^(Learning\.TinyModelLearnsToReverseHeldOutSequences|ParsePipeline\.TinyParserBeatsTheRightBranchingBaseline|Multi30kBleu\.TrainedModelClearsTheFloorThatBrokenDecodersCannotReach|Rehearsal\..*)$'
-[ "$threads" = 1 ] && left_out+='|^(OneDnn\.)?Gemm\..*$|^CpuThreads\..*$'
 # ... and the tests tools/sanitize_left_out.txt names (whole-program runs of 6 s or more
 # here, which CI's 40 minutes could not hold; the file says which and why), unless
 # SANITIZE_LISTED=1: `SANITIZE_LISTED=1 bash tools/sanitize.sh -R Distributed` runs them.
+# shellcheck source=tools/left_out_tests.sh
+source tools/left_out_tests.sh
 if [ "${SANITIZE_LISTED:-0}" != 1 ]; then
-  while read -r name; do
-    case $name in '#'* | '') continue ;; esac
-    left_out+="|^${name//./\\.}\$"
-  done < tools/sanitize_left_out.txt
+  left_out=$(left_out_tests_regex listed)
+else
+  left_out=$(left_out_tests_regex unlisted)
 fi
+[ "$threads" = 1 ] && left_out+='|^(OneDnn\.)?Gemm\..*$|^CpuThreads\..*$'
 
 # ThreadSanitizer: -O1 -g1 as below, and the tests' own units instrumented too: unlike
 # ASan's, TSan's checks need every access of shared data in view, and a test's thread
