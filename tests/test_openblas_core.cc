@@ -150,12 +150,40 @@ TEST(OpenBlasCore, AvxTwoKernelsChosenOnAnAvx512CpuGetAdvice) {
   EXPECT_EQ(described("SkylakeX", "SkylakeX", true),
             "OpenBLAS SkylakeX kernels, set by OPENBLAS_CORETYPE=SkylakeX");
   EXPECT_EQ(described("Haswell", "", true), "OpenBLAS Haswell kernels");
-  // A name OpenBLAS did not take (an x86-64 core's on an aarch64 node: OpenBLAS 0.3.21
-  // fell back to its generic armv8 kernels where it chose neoversen1 unset).
+  // A name OpenBLAS did not take: on aarch64 (an x86-64 core's there) OpenBLAS 0.3.21 fell
+  // back to its generic armv8 kernels where it chose neoversen1 unset; on x86-64 (a name
+  // it lacks, or none) it picks by the CPU's features.
+#if defined(__x86_64__)
+  EXPECT_EQ(described("Cooperlake", "SapphireRapids", true),
+            "OpenBLAS Cooperlake kernels, set by OPENBLAS_CORETYPE=SapphireRapids, a name "
+            "OpenBLAS 0.3.21 does not take: it chose by this CPU's features instead");
+#else
   EXPECT_EQ(described("armv8", "Haswell", false),
             "OpenBLAS armv8 kernels, set by OPENBLAS_CORETYPE=Haswell, a name OpenBLAS 0.3.21 "
             "does not take here: it fell back to these kernels instead of choosing this CPU's; "
             "unset OPENBLAS_CORETYPE");
+#endif
+}
+
+TEST(OpenBlasCore, AVariableALibraryBuiltForOneCpuIgnoresIsSaid) {
+  OpenBlasChoice choice;
+  choice.library = "OpenBLAS 0.3.26";
+  choice.core = "Zen";
+  choice.variable_set = true;
+  choice.forced = "Haswell";
+  choice.dynamic_arch = false;
+  EXPECT_EQ(openblas_description(choice),
+            "OpenBLAS Zen kernels, set by OPENBLAS_CORETYPE=Haswell, which OpenBLAS 0.3.26 "
+            "ignores (built for one CPU, not DYNAMIC_ARCH)");
+  choice.forced = "zen";  // what it runs anyway: nothing to say
+  EXPECT_EQ(openblas_description(choice), "OpenBLAS Zen kernels, set by OPENBLAS_CORETYPE=zen");
+  // Set but empty, in a library that reads it: a name it does not have either.
+  choice.dynamic_arch = true;
+  choice.forced = "";
+  EXPECT_NE(openblas_description(choice).find("set by OPENBLAS_CORETYPE=, a name OpenBLAS "
+                                               "0.3.26 does not take"),
+            std::string::npos)
+      << openblas_description(choice);
 }
 
 TEST(OpenBlasCore, KernelsChosenForACpuOpenBlasDoesNotKnowAreExplained) {

@@ -156,6 +156,7 @@ OpenBlasChoice openblas_choice() {
   choice.cpu = cpu_identity();
   choice.library = openblas_version();
   choice.cpu_runs_avx512 = cpu_runs_avx512_kernels();
+  choice.dynamic_arch = openblas_dynamic_arch();
   choice.threading = openblas_get_parallel();
   return choice;
 }
@@ -181,12 +182,23 @@ std::string kernels_description(const OpenBlasChoice& choice) {
            choice.fallback + " kernels (set OPENBLAS_CORETYPE to choose others)";
   }
   description += ", set by OPENBLAS_CORETYPE=" + choice.forced;
-  // A name this OpenBLAS does not have (another architecture's, as an x86-64 "Haswell" on
-  // an aarch64 node, or a misspelling): it falls back to generic kernels instead of
-  // choosing this CPU's own, as it would without the variable.
-  if (!choice.forced.empty() && lowercase(choice.core) != lowercase(choice.forced)) {
+  if (lowercase(choice.core) != lowercase(choice.forced)) {
+    // A library built for one CPU reads no variable.
+    if (!choice.dynamic_arch) {
+      return description + ", which " + choice.library + " ignores (built for one CPU, " +
+             "not DYNAMIC_ARCH)";
+    }
+    // A name it does not have (another architecture's, as an x86-64 "Haswell" on an
+    // aarch64 node; a misspelling; empty). OpenBLAS 0.3.21 on aarch64 then falls back to
+    // its generic armv8 kernels instead of this CPU's; on x86-64 it picks by the CPU's
+    // features, as without the variable (driver/others/dynamic*.c).
+#if defined(__x86_64__)
+    return description + ", a name " + choice.library + " does not take: it chose by this " +
+           "CPU's features instead";
+#else
     return description + ", a name " + choice.library + " does not take here: it fell back " +
            "to these kernels instead of choosing this CPU's; unset OPENBLAS_CORETYPE";
+#endif
   }
   // The AVX2 kernels (OpenBLAS names Zen's after Haswell's) where AVX-512 ones would run.
   if (choice.cpu_runs_avx512 && (choice.core == "Haswell" || choice.core == "Zen")) {

@@ -79,6 +79,7 @@ struct OpenBlasChoice {
   std::string cpu;       // cpu_identity()
   std::string library;   // "OpenBLAS 0.3.21"
   bool cpu_runs_avx512 = false;
+  bool dynamic_arch = true;  // the library picks its kernels as it loads (reads the variable)
   // openblas_get_parallel(): 2 the OpenMP build this program is built for (CMakeLists.txt),
   // 1 one with a thread pool of its own (pthreads), 0 a sequential one.
   int threading = 2;
@@ -91,7 +92,9 @@ OpenBlasChoice openblas_choice();
 // for a CPU OpenBLAS did not know, that; and when kernels older than AVX2 run on a CPU
 // that has it, what to set; and a loaded OpenBLAS that is not an OpenMP build (the build
 // found no other, or the loader took another one: LD_LIBRARY_PATH, a lost run path), what
-// that costs and what to do.
+// that costs and what to do. A variable naming a core other than the one that runs is
+// said too: a name the library does not have (another architecture's, a misspelling),
+// or a library built for one CPU, which ignores it.
 std::string openblas_description(const OpenBlasChoice& choice);
 std::string openblas_description();  // of openblas_choice()
 
