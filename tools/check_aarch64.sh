@@ -49,10 +49,14 @@ if [ ! -f "$sysroot/.complete" ] || [ "$(cat "$sysroot/.complete")" != "${packag
   mkdir -p "$root/var/lib/apt/lists/partial" "$root/var/cache/apt/archives/partial" \
     "$root/var/lib/dpkg" "$sysroot"
   touch "$root/var/lib/dpkg/status"
+  # (APT::Sandbox::User=root: as root the download is into root's own ~/.cache, which
+  # apt's _apt user cannot enter.)
   apt_options=(-o "Dir::State=$root/var/lib/apt" -o "Dir::Cache=$root/var/cache/apt"
     -o "Dir::State::status=$root/var/lib/dpkg/status"
-    -o APT::Architecture=arm64 -o APT::Architectures=arm64)
+    -o APT::Architecture=arm64 -o APT::Architectures=arm64 -o APT::Sandbox::User=root)
   apt-get "${apt_options[@]}" update -qq
+  # Only this list's packages unpacked: older versions and dropped packages out first.
+  apt-get "${apt_options[@]}" clean
   apt-get "${apt_options[@]}" install -y -qq --download-only --no-install-recommends \
     "${packages[@]}" > /dev/null
   for deb in "$root"/var/cache/apt/archives/*.deb; do dpkg-deb -x "$deb" "$sysroot"; done
@@ -78,13 +82,18 @@ cmake --build "$build" -j2
 # tests ctest starts itself through the emulator run.
 export QEMU_LD_PREFIX=$sysroot
 binfmt=/proc/sys/fs/binfmt_misc
-if ! grep -qs 'interpreter .*qemu-aarch64' "$binfmt"/*; then
+# An entry for aarch64's ELF header, by whatever name and interpreter it was registered
+# (qemu-user-binfmt's is /usr/libexec/qemu-binfmt/aarch64-binfmt-P).
+aarch64_registered() {
+  grep -qsx 'magic 7f454c460201010000000000000000000200b700' "$binfmt"/*
+}
+if ! aarch64_registered; then
   [ -f "$binfmt/register" ] || mount -t binfmt_misc binfmt_misc "$binfmt" 2>/dev/null || true
   # ELF, 64-bit, little-endian, an executable or a shared object (PIE), machine 0xb7.
   magic='\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00'
   mask='\xff\xff\xff\xff\xff\xff\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff'
-  if printf '%s' ":qemu-aarch64:M::$magic:$mask:$(command -v qemu-aarch64):" \
-      > "$binfmt/register" 2>/dev/null; then
+  if { printf '%s' ":qemu-aarch64:M::$magic:$mask:$(command -v qemu-aarch64):" \
+      > "$binfmt/register"; } 2>/dev/null; then
     echo "check_aarch64: registered qemu-aarch64 with binfmt_misc (until the next boot)"
   fi
 fi
@@ -96,7 +105,7 @@ left_out=$(left_out_tests_regex listed)
 # SIGTERM handler is in (SigCgt in /proc), but under qemu-user the process is qemu, which
 # catches every signal from its start, so the signal lands before the program's handler.
 left_out+='|^CheckpointTest\.SigtermDuringStartUpStopsBeforeTrainingWithExitZero$'
-if ! grep -qs 'interpreter .*qemu-aarch64' "$binfmt"/*; then
+if ! aarch64_registered; then
   echo "check_aarch64: qemu-aarch64 is not registered with binfmt_misc (install" \
     "qemu-user-binfmt, or run this as root): the tests that start programs will fail" >&2
 fi
