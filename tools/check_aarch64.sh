@@ -23,16 +23,9 @@ root=${THPC_AARCH64_ROOT:-$HOME/.cache/thpc-aarch64}
 sysroot=$root/sysroot
 build=${BUILD_AARCH64:-build-aarch64}
 
-missing=()
-for p in crossbuild-essential-arm64 qemu-user; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "check_aarch64: installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+# shellcheck source=tools/debian_packages.sh
+source tools/debian_packages.sh
+install_missing_debian_packages check_aarch64 crossbuild-essential-arm64 qemu-user
 
 # The arm64 packages, resolved and downloaded by an apt of their own (its lists and
 # cache under $root, the host's sources and keys), then unpacked: the C and C++ runtime

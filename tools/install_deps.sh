@@ -36,18 +36,9 @@ packages=(
   # tests/slurm_job_test.sh starts its own Slurm on localhost (jobs/*.sbatch on a real one)
   slurm-wlm munge
 )
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "install_deps: installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}"
-else
-  echo "install_deps: all ${#packages[@]} packages present"
-fi
+# shellcheck source=tools/debian_packages.sh
+source "$(dirname "$0")/debian_packages.sh"
+install_missing_debian_packages install_deps "${packages[@]}"
 
 # Python packages Debian 12 lacks or has too old, from PyPI into a virtual environment,
 # so the system Python is left alone: sacreBLEU (test_bleu's cross-check with the
